@@ -1,0 +1,133 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import itertools
+
+import numpy as np
+
+import mini_vllm
+
+# Six distinct logits; index 2 is the argmax.
+LOGITS = np.array([1.0, -0.5, 3.0, 0.25, 2.0, -2.0])
+
+
+def _finite(x):
+    return np.flatnonzero(np.isfinite(x)).tolist()
+
+
+def test_softmax_is_a_distribution_and_is_stable():
+    p = lab.softmax(LOGITS)
+    assert p.shape == LOGITS.shape, f"softmax must return one probability per logit, got shape {p.shape}"
+    assert np.all(p >= 0) and np.isclose(p.sum(), 1.0), f"probabilities must be >= 0 and sum to 1, got {p} (sum {p.sum()})"
+    assert np.argsort(p).tolist() == np.argsort(LOGITS).tolist(), "softmax must preserve the order of the logits"
+    big = lab.softmax(np.array([1000.0, 999.0, 998.0]))
+    assert np.all(np.isfinite(big)), (
+        f"softmax([1000, 999, 998]) overflowed to {big}: subtract max(logits) before exp (exp(1000) is inf)"
+    )
+    assert np.allclose(big, lab.softmax(np.array([2.0, 1.0, 0.0]))), "softmax must be unchanged by adding a constant to every logit"
+    masked = lab.softmax(np.array([0.0, -np.inf, 0.0]))
+    assert np.allclose(masked, [0.5, 0.0, 0.5]), f"a -inf logit must get probability exactly 0, got {masked}"
+
+
+def test_greedy_is_argmax_and_ignores_every_other_knob(monkeypatch):
+    def no_rng(*args, **kwargs):
+        raise AssertionError("greedy sampling (temperature 0) must not create a random generator: return argmax directly")
+
+    monkeypatch.setattr(np.random, "default_rng", no_rng)
+    for top_k in (0, 1, 3, 100):
+        for top_p in (1.0, 0.5, 0.01):
+            for seed in (None, 0, 12345):
+                tok = lab.sample(LOGITS, temperature=0.0, top_k=top_k, top_p=top_p, seed=seed)
+                assert tok == 2, (
+                    f"temperature=0 must return argmax(logits) = 2 whatever top_k/top_p/seed say; got {tok} "
+                    f"for top_k={top_k}, top_p={top_p}, seed={seed}"
+                )
+                assert isinstance(tok, int), f"sample must return a plain Python int, got {type(tok).__name__}"
+    tie = lab.sample(np.array([0.0, 5.0, 5.0, 1.0]), temperature=0.0)
+    assert tie == 1, f"on a tie, greedy picks the lowest index (np.argmax does), got {tie}"
+
+
+def test_top_k_keeps_exactly_k():
+    for k, expect in [(1, [2]), (3, [0, 2, 4]), (5, [0, 1, 2, 3, 4])]:
+        out = lab.apply_top_k(LOGITS, k)
+        assert _finite(out) == expect, f"top_k={k} should keep indices {expect} (the {k} largest), kept {_finite(out)}"
+        assert np.all(out[expect] == LOGITS[expect]), "kept logits must keep their values"
+        assert np.all(np.isneginf(np.delete(out, expect))), "dropped logits must become -inf (not 0: 0 is a perfectly likely logit)"
+    for k in (0, -1, 6, 50):
+        out = lab.apply_top_k(LOGITS, k)
+        assert np.array_equal(out, LOGITS), f"top_k={k} is disabled (k <= 0 or k >= vocab) and must change nothing, got {out}"
+
+
+def test_top_p_keeps_the_smallest_sufficient_nucleus():
+    # Probabilities 0.5, 0.3, 0.15, 0.05 at indices 3, 0, 2, 1: running sums 0.5, 0.8, 0.95, 1.0.
+    # Each p below sits strictly between two running sums. On an exact boundary (p = 0.8) the
+    # float cumsum could land at 0.7999999 or 0.8000001 and either answer would be "right", so
+    # the test stays off the boundaries on purpose.
+    logits = np.log(np.array([0.3, 0.05, 0.15, 0.5]))
+    for p, expect in [(0.3, [3]), (0.6, [0, 3]), (0.85, [0, 2, 3]), (0.99, [0, 1, 2, 3])]:
+        kept = _finite(lab.apply_top_p(logits, p))
+        assert kept == expect, (
+            f"top_p={p} should keep {expect}: the most likely tokens until the running sum reaches p, "
+            f"INCLUDING the token that crosses it; kept {kept}"
+        )
+    out = lab.apply_top_p(logits, 0.6)
+    assert np.allclose(out[[0, 3]], logits[[0, 3]]), "kept logits must keep their values"
+    assert np.array_equal(lab.apply_top_p(logits, 1.0), logits), "top_p=1.0 is disabled and must change nothing"
+    half = _finite(lab.apply_top_p(np.log(np.array([0.4, 0.4, 0.2])), 0.5))
+    assert half == [0, 1], f"p=0.5 over [0.4, 0.4, 0.2]: 0.4 < 0.5, so the second 0.4 is needed too; kept {half}"
+
+
+def test_temperature_sharpens_or_flattens():
+    maxima = [lab.sampling_probs(LOGITS, t).max() for t in (0.25, 0.5, 1.0, 2.0, 4.0)]
+    assert all(a > b for a, b in itertools.pairwise(maxima)), (
+        f"the top token's probability must fall as temperature rises (divide logits BY T), got {maxima}"
+    )
+    for t in (0.5, 2.0):
+        got = lab.sampling_probs(LOGITS, t)
+        want = np.exp(LOGITS / t) / np.exp(LOGITS / t).sum()
+        assert np.allclose(got, want), f"at T={t} with no top-k/top-p the probs must be softmax(logits / T), got {got}"
+    greedy = lab.sampling_probs(LOGITS, 0.0)
+    assert greedy.tolist() == [0, 0, 1, 0, 0, 0], f"T=0 is greedy: the distribution is one-hot on the argmax, got {greedy}"
+    both = lab.sampling_probs(LOGITS, 1.0, top_k=3, top_p=0.7)
+    assert np.flatnonzero(both > 0).tolist() == [2, 4] and np.isclose(both.sum(), 1.0), (
+        f"top_k=3 then top_p=0.7 should leave tokens 2 and 4 (renormalised); got probs {both}"
+    )
+
+
+def test_seeded_sampling_is_reproducible():
+    for seed in range(5):
+        a = lab.sample(LOGITS, temperature=1.0, seed=seed)
+        b = lab.sample(LOGITS, temperature=1.0, seed=seed)
+        assert a == b, f"same logits + same seed must give the same token, got {a} then {b} for seed {seed}"
+    draws = {lab.sample(LOGITS, temperature=2.0, seed=s) for s in range(40)}
+    assert len(draws) >= 3, f"different seeds at T=2 should pick several different tokens, got only {draws}"
+    for _ in range(3):
+        tok = lab.sample(LOGITS, temperature=1.0, top_k=2, seed=None)
+        assert tok in (2, 4), f"with top_k=2 only tokens 2 and 4 can ever be drawn, got {tok}"
+
+
+CONFIGS = [  # (temperature, top_k, top_p, seed): 15 configurations
+    (0.0, 0, 1.0, 0), (0.0, 5, 0.5, 7), (1.0, 0, 1.0, 0), (1.0, 0, 1.0, 1), (0.7, 0, 1.0, 3),
+    (1.5, 0, 1.0, 4), (1.0, 50, 1.0, 5), (1.0, 5, 1.0, 6), (1.0, 0, 0.9, 7), (1.0, 0, 0.5, 8),
+    (0.8, 40, 0.95, 9), (2.0, 10, 0.8, 10), (1.2, 3, 0.99, 11), (0.3, 0, 0.7, 12), (1.0, 256, 0.9, 13),
+]
+
+
+def test_agrees_with_mini_vllm_sampler():
+    assert len(CONFIGS) == 15
+    engine_sampler = mini_vllm.Sampler()
+    model = mini_vllm.ToyModel(seed=0)
+    rows = model.forward(np.array([104, 105, 32, 256 - 1]), np.array([0, 1, 2, 3]))  # 4 rows x 257 logits
+    for temperature, top_k, top_p, seed in CONFIGS:
+        params = mini_vllm.SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        for r, logits in enumerate(rows):
+            want = engine_sampler.sample(logits, params)
+            got = lab.sample(logits, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+            assert got == want, (
+                f"disagrees with mini_vllm.Sampler on row {r} for temperature={temperature}, top_k={top_k}, "
+                f"top_p={top_p}, seed={seed}: lab drew {got}, engine drew {want}. Check the order "
+                f"(temperature -> top-k -> top-p -> softmax), that top-p keeps the crossing token, and that "
+                f"the draw is np.random.default_rng(seed).choice(vocab, p=probs)"
+            )
+

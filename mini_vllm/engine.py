@@ -1,0 +1,243 @@
+"""The engine loop: tokenize, then ``schedule → forward → sample → update_from_output`` per step.
+
+Mirrors ``vllm/v1/engine/llm_engine.py`` (``LLMEngine``: ``add_request``, ``step``,
+``has_unfinished_requests``), the offline ``vllm/entrypoints/llm.py`` (``LLM.generate``) and the
+heart of ``vllm/v1/engine/core.py`` (``EngineCore.step``). Everything runs in one process and one
+thread: no ZMQ front end, no executor/worker processes, no detokenizer process, no async
+scheduling, no streaming outputs.
+
+One step, exactly as upstream orders it::
+
+    out = scheduler.schedule()                           # who runs, how many tokens each
+    logits = model.forward(last token, its position)     # one row per scheduled request
+    token = sampler.sample(row) where needs_sample       # mid-prefill chunks sample nothing
+    finished = scheduler.update_from_output(out, tokens) # advance counters, stop, free KV
+
+The toy model only needs the *last* scheduled position of each request (it ignores the KV
+cache), so a 100-token prefill chunk costs one row, not 100.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .kv_cache import KVCacheManager
+from .model import ToyModel
+from .outputs import RequestOutput
+from .request import Request, RequestStatus
+from .sampler import Sampler
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+from .tokenizer import ByteTokenizer
+
+Prompt = str | Sequence[int]
+
+
+def _check_int(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+class LLMEngine:
+    """A whole (tiny) inference engine: ``add_request`` + ``step``, or just ``generate``."""
+
+    def __init__(
+        self,
+        *,
+        num_gpu_blocks: int = 257,
+        block_size: int = 16,
+        max_num_seqs: int = 128,
+        max_num_batched_tokens: int = 2048,
+        long_prefill_token_threshold: int = 0,
+        enable_prefix_caching: bool = True,
+        max_model_len: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        """Build tokenizer, model, sampler, KV cache and scheduler.
+
+        ``num_gpu_blocks`` counts the null block, so ``num_gpu_blocks - 1`` blocks hold KV.
+        ``max_model_len`` (prompt + output tokens) defaults to what those blocks hold,
+        ``(num_gpu_blocks - 1) * block_size``, and may not exceed it: one request of maximal
+        length must always fit alone, otherwise preemption could loop forever.
+        """
+        _check_int("num_gpu_blocks", num_gpu_blocks, 2)
+        _check_int("block_size", block_size, 1)
+        _check_int("max_num_seqs", max_num_seqs, 1)
+        _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
+        _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
+        _check_int("seed", seed, 0)
+        if not isinstance(enable_prefix_caching, bool):
+            raise TypeError(f"enable_prefix_caching must be a bool, got {enable_prefix_caching!r}")
+        capacity = (num_gpu_blocks - 1) * block_size
+        if max_model_len is None:
+            max_model_len = capacity
+        _check_int("max_model_len", max_model_len, 2)
+        if max_model_len > capacity:
+            raise ValueError(
+                f"max_model_len={max_model_len} does not fit the KV pool: {num_gpu_blocks - 1} usable blocks "
+                f"x {block_size} tokens = {capacity}. Lower max_model_len or raise num_gpu_blocks."
+            )
+        self.tokenizer = ByteTokenizer()
+        self.model = ToyModel(vocab_size=self.tokenizer.vocab_size)  # fixed "weights": seed is for sampling
+        self.sampler = Sampler()
+        self.seed = seed
+        self.max_model_len = max_model_len
+        kv = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching, max_model_len)
+        self.scheduler = Scheduler(
+            kv, max_num_seqs, max_num_batched_tokens, long_prefill_token_threshold, max_model_len
+        )
+        self._next_index = 0  # per-engine request counter: ids req-0, req-1, ...
+        self._prompts: dict[str, str | None] = {}  # request id -> prompt text (None for token ids)
+        self._generators: dict[str, np.random.Generator] = {}  # one RNG per request
+
+    # -- requests --------------------------------------------------------------------------
+    def _tokenize(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            token_ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, (list, tuple, np.ndarray)):
+            token_ids = []
+            for tok in prompt:
+                if isinstance(tok, (bool, np.bool_)) or not isinstance(tok, (int, np.integer)):
+                    raise TypeError(f"prompt token ids must be ints, got {tok!r}")
+                token_ids.append(int(tok))
+        else:
+            raise TypeError(f"a prompt must be a str or a list of token ids, got {type(prompt).__name__}")
+        if not token_ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        vocab = self.tokenizer.vocab_size
+        if any(not 0 <= t < vocab for t in token_ids):
+            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        if len(token_ids) >= self.max_model_len:
+            raise ValueError(
+                f"the prompt (length {len(token_ids)}) plus at least one output token is longer than "
+                f"max_model_len={self.max_model_len}"
+            )
+        return token_ids
+
+    @staticmethod
+    def _check_params(sampling_params: SamplingParams | None) -> SamplingParams:
+        if sampling_params is None:
+            return SamplingParams()
+        if not isinstance(sampling_params, SamplingParams):
+            raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
+        return sampling_params
+
+    def add_request(
+        self,
+        prompt: Prompt,
+        sampling_params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Tokenize and queue a prompt (``str`` or token ids); returns its request id.
+
+        Nothing is scheduled yet: admission happens in the next ``step()``. Ids default to
+        ``req-0, req-1, ...`` per engine (upstream's ``LLM`` counts the same way).
+        """
+        token_ids = self._tokenize(prompt)
+        params = self._check_params(sampling_params)
+        if request_id is not None and (not isinstance(request_id, str) or not request_id):
+            raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
+        if request_id is not None and request_id in self._prompts:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        index = self._next_index
+        self._next_index += 1
+        if request_id is None:
+            request_id = f"req-{index}"
+            while request_id in self._prompts:  # a caller took this name explicitly
+                request_id = f"req-{self._next_index}"
+                self._next_index += 1
+        request = Request(
+            request_id,
+            token_ids,
+            params,
+            eos_token_id=self.tokenizer.eos_token_id,
+            block_hasher=self.scheduler.kv_cache_manager.block_hasher,
+            arrival_time=float(index),
+        )
+        self.scheduler.add_request(request)
+        seed = params.seed if params.seed is not None else self.seed + index
+        self._generators[request_id] = np.random.default_rng(seed)
+        self._prompts[request_id] = prompt if isinstance(prompt, str) else None
+        return request_id
+
+    def abort_request(self, request_id: str | Sequence[str]) -> list[RequestOutput]:
+        """Finish request(s) now with reason ``"abort"``; returns their outputs."""
+        finished = self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+        return [self._make_output(r) for r in finished]
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    # -- the loop --------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one engine step; return the requests that finished during it."""
+        out = self.scheduler.schedule()
+        reqs = out.scheduled_requests
+        sampled: dict[str, int] = {}
+        if reqs:
+            n = [out.num_scheduled_tokens[r.request_id] for r in reqs]
+            positions = [r.num_computed_tokens + k - 1 for r, k in zip(reqs, n)]
+            last_tokens = [r.all_token_ids[p] for r, p in zip(reqs, positions)]
+            logits = self.model.forward(np.array(last_tokens), np.array(positions))
+            for i, (request, k) in enumerate(zip(reqs, n)):
+                if Scheduler.needs_sample(request, k):
+                    rid = request.request_id
+                    sampled[rid] = self.sampler.sample(
+                        logits[i], request.sampling_params, self._generators[rid]
+                    )
+        finished = self.scheduler.update_from_output(out, sampled)
+        return [self._make_output(r) for r in finished]
+
+    def _make_output(self, request: Request) -> RequestOutput:
+        rid = request.request_id
+        prompt = self._prompts.pop(rid, None)
+        self._generators.pop(rid, None)
+        token_ids = list(request.output_token_ids)
+        return RequestOutput(
+            request_id=rid,
+            prompt=prompt,
+            prompt_token_ids=list(request.prompt_token_ids),
+            token_ids=token_ids,
+            text=self.tokenizer.decode(token_ids),
+            finish_reason=request.finish_reason,
+            finished=request.is_finished,
+        )
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Run prompts to completion; outputs come back in input order.
+
+        ``prompts`` is one prompt or a list of prompts (each a ``str`` or a list of token ids).
+        ``sampling_params`` is one ``SamplingParams`` for all, or one per prompt. Everything is
+        validated before the first request is queued, so a bad prompt changes nothing.
+        """
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)):
+            raise TypeError(f"prompts must be a str or a list of prompts, got {type(prompts).__name__}")
+        if prompts and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in prompts):
+            raise TypeError("prompts looks like one list of token ids; wrap it in a list: [[...]]")
+        if isinstance(sampling_params, (list, tuple)):
+            if len(sampling_params) != len(prompts):
+                raise ValueError(f"got {len(sampling_params)} sampling_params for {len(prompts)} prompts")
+            params = [self._check_params(p) for p in sampling_params]
+        else:
+            params = [self._check_params(sampling_params)] * len(prompts)
+        for prompt in prompts:
+            self._tokenize(prompt)  # raises before anything is queued
+
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, params)]
+        results: dict[str, RequestOutput] = {}
+        wanted = set(ids)
+        while self.has_unfinished_requests() and len(results) < len(ids):
+            for output in self.step():
+                if output.request_id in wanted:
+                    results[output.request_id] = output
+        return [results[rid] for rid in ids]

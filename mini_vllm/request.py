@@ -1,0 +1,240 @@
+"""A request's state inside the engine: token ids, the two counters, status, finish reason.
+
+Mirrors ``vllm/v1/request.py`` (``Request``, ``RequestStatus``) and the stop check of
+``vllm/v1/core/sched/utils.py`` (``check_stop``, here ``Request.maybe_finish``). The whole
+scheduler is built on two numbers::
+
+    num_tokens           = len(prompt) + len(outputs)     # what the request has
+    num_computed_tokens  = tokens whose KV is in the cache # what the engine has done
+
+Each step the scheduler hands out tokens so ``num_computed_tokens`` catches up with
+``num_tokens``; prefill is "far behind", decode is "one behind".
+
+Left out: pooling, multimodal features, LoRA, structured output, spec-decode tokens, async
+output placeholders, streaming sessions, events/stats, priority. ``RequestStatus`` keeps only
+the members mini uses, in upstream's order, so ``is_finished`` is still ``status > PREEMPTED``.
+``is_finished`` is a property here (a method upstream), so ``if req.is_finished:`` is never a
+silently-true bound method.
+"""
+
+from __future__ import annotations
+
+import enum
+import numbers
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
+
+from .sampling_params import SamplingParams
+
+EOS_TOKEN_ID = 256  # ByteTokenizer's EOS
+
+
+def is_token_id(x: object) -> bool:
+    """A non-negative integer (Python or numpy), but not a bool."""
+    if type(x) is int:  # fast path: the ABC check below is slow
+        return x >= 0
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool) and int(x) >= 0
+
+
+class RequestStatus(enum.IntEnum):
+    """Lifecycle states, in upstream order: anything after PREEMPTED is finished."""
+
+    WAITING = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH_CAPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def is_finished(status: RequestStatus) -> bool:
+        return status > RequestStatus.PREEMPTED
+
+    @staticmethod
+    def get_finished_reason(status: RequestStatus) -> str | None:
+        return _FINISHED_REASON.get(status)
+
+
+_FINISHED_REASON = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
+class ConstantList(Sequence[int]):
+    """Read-only view of a list (upstream: ``vllm/v1/utils.py`` ``ConstantList``).
+
+    Compares equal to a list with the same items; every mutator raises, so nobody can append
+    behind the request's back and desynchronise ``num_tokens`` from the block hashes.
+    """
+
+    __slots__ = ("_x",)
+
+    def __init__(self, x: list[int]) -> None:
+        self._x = x
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: Any) -> Any:
+        return self._x[i]
+
+    def __len__(self) -> int:
+        return len(self._x)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._x)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ConstantList):
+            return self._x == other._x
+        if isinstance(other, (list, tuple)):
+            return self._x == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(self._x)
+
+    def _readonly(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("this token list is read-only; use Request.append_output_token_ids()")
+
+    append = extend = insert = remove = pop = clear = __setitem__ = __delitem__ = _readonly  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Request:
+    """One generation request: prompt, outputs, counters, status and (optional) block hashes."""
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        sampling_params: SamplingParams | None = None,
+        eos_token_id: int | None = EOS_TOKEN_ID,
+        block_hasher: Callable[[Request], list[bytes]] | None = None,
+        arrival_time: float = 0.0,
+    ) -> None:
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
+        if isinstance(prompt_token_ids, (str, bytes)):
+            raise TypeError("prompt_token_ids must be a sequence of int token ids, not text")
+        prompt = list(prompt_token_ids)
+        if not prompt:
+            raise ValueError("the prompt must contain at least one token")
+        for tok in prompt:
+            if not is_token_id(tok):
+                raise ValueError(f"prompt token ids must be non-negative ints, got {tok!r}")
+        prompt = [tok if type(tok) is int else int(tok) for tok in prompt]
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if not isinstance(sampling_params, SamplingParams):
+            raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
+
+        self.request_id = request_id
+        self.sampling_params = sampling_params
+        self.max_tokens = sampling_params.max_tokens
+        self.eos_token_id = eos_token_id
+        self.arrival_time = arrival_time
+        self.status = RequestStatus.WAITING
+        self.stop_reason: int | None = None  # the stop token that finished it, if any
+
+        self.prompt_token_ids = prompt
+        self.num_prompt_tokens = len(prompt)
+        self._output_token_ids: list[int] = []
+        self._all_token_ids: list[int] = prompt.copy()
+        self.output_token_ids = ConstantList(self._output_token_ids)
+        self.all_token_ids = ConstantList(self._all_token_ids)
+
+        self.num_computed_tokens = 0
+        self.num_preemptions = 0
+
+        # Chained hashes of the full blocks, extended as tokens arrive (upstream: block_hasher).
+        self.block_hashes: list[bytes] = []
+        self.block_hasher = block_hasher
+        self.update_block_hashes()
+
+    # -- counters ---------------------------------------------------------------------------
+    @property
+    def num_tokens(self) -> int:
+        return len(self._all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self._output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status > RequestStatus.PREEMPTED
+
+    @property
+    def finish_reason(self) -> str | None:
+        """``"stop"``, ``"length"``, ``"abort"`` once finished, else ``None``."""
+        return _FINISHED_REASON.get(self.status)
+
+    def get_finished_reason(self) -> str | None:  # upstream spelling
+        return self.finish_reason
+
+    # -- tokens -----------------------------------------------------------------------------
+    def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
+        """Append sampled token(s) and hash any block they complete."""
+        if type(token_ids) is int or isinstance(token_ids, numbers.Integral):
+            new = [token_ids]
+        else:
+            new = list(token_ids)
+        for tok in new:
+            if not is_token_id(tok):
+                raise ValueError(f"output token ids must be non-negative ints, got {tok!r}")
+        new = [int(tok) for tok in new]
+        self._output_token_ids.extend(new)
+        self._all_token_ids.extend(new)
+        self.update_block_hashes()
+
+    def set_block_hasher(self, block_hasher: Callable[[Request], list[bytes]]) -> None:
+        """Attach a hasher (the KV cache manager does this for requests built without one)."""
+        self.block_hasher = block_hasher
+        self.block_hashes.clear()
+        self.update_block_hashes()
+
+    def update_block_hashes(self) -> None:
+        """Hash every block that became full since the last call (cheap when none did)."""
+        if self.block_hasher is not None:
+            self.block_hashes.extend(self.block_hasher(self))
+
+    # -- stopping ---------------------------------------------------------------------------
+    def maybe_finish(self, max_model_len: int | None = None) -> bool:
+        """Check the last output token; set a FINISHED_* status and return True if it stops.
+
+        Order as upstream ``check_stop``: EOS (unless ``ignore_eos``), then stop tokens, then the
+        length caps ``num_output_tokens >= max_tokens`` / ``num_tokens >= max_model_len``.
+        An EOS that lands exactly on the cap therefore reports ``"stop"``.
+        """
+        if self.is_finished:
+            return True
+        if not self._output_token_ids:
+            return False
+        last = self._output_token_ids[-1]
+        params = self.sampling_params
+        if not params.ignore_eos and last == self.eos_token_id:
+            self.status = RequestStatus.FINISHED_STOPPED
+            return True
+        if last in params.stop_token_ids:
+            self.status = RequestStatus.FINISHED_STOPPED
+            self.stop_reason = last
+            return True
+        if self.num_output_tokens >= self.max_tokens or (
+            max_model_len is not None and self.num_tokens >= max_model_len
+        ):
+            self.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            return True
+        return False
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, status={self.status.name}, "
+            f"num_computed_tokens={self.num_computed_tokens}, num_tokens={self.num_tokens})"
+        )

@@ -6,6 +6,15 @@ differential tests and the benchmark.
 """
 
 from .block_pool import NONE_HASH, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, hash_block_tokens
+from .cudagraph import (
+    GraphEntry,
+    GraphRunner,
+    LaunchCounter,
+    PiecewiseGraphRunner,
+    default_capture_sizes,
+    run_eager,
+    select_capture_size,
+)
 from .engine import LLMEngine
 from .kv_cache import KVCacheManager, PrefixCacheStats
 from .model import ToyModel
@@ -21,9 +30,13 @@ __all__ = [
     "BlockPool",
     "ByteTokenizer",
     "FreeKVCacheBlockQueue",
+    "GraphEntry",
+    "GraphRunner",
     "KVCacheBlock",
     "KVCacheManager",
     "LLMEngine",
+    "LaunchCounter",
+    "PiecewiseGraphRunner",
     "PrefixCacheStats",
     "Request",
     "RequestOutput",
@@ -33,5 +46,8 @@ __all__ = [
     "Scheduler",
     "SchedulerOutput",
     "ToyModel",
+    "default_capture_sizes",
     "hash_block_tokens",
+    "run_eager",
+    "select_capture_size",
 ]

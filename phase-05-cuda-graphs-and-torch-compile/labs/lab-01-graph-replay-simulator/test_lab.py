@@ -1,0 +1,103 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import numpy as np
+import pytest
+
+OPS = [lambda x: x * 2, lambda x: x + 3, lambda x: (x - 3) * 5]  # composition: multiply by 10
+
+
+@pytest.fixture(autouse=True)
+def fresh_counter():
+    lab.LaunchCounter.n = 0  # set directly, so an unwritten reset() fails one test, not all of them
+    yield
+    lab.LaunchCounter.n = 0
+
+
+def test_eager_pays_one_launch_per_op():
+    x = np.ones(4)
+    out = lab.run_eager(OPS, x)
+    assert np.all(out == 10.0), f"run_eager must apply every op in order (1 -> 10), got {out}"
+    assert lab.LaunchCounter.n == 3, f"one eager call of 3 ops costs 3 launches, got {lab.LaunchCounter.n}"
+    lab.run_eager(OPS, x)
+    assert lab.LaunchCounter.n == 6, (
+        f"eager pays again on every call: 2 calls x 3 ops = 6, got {lab.LaunchCounter.n}"
+    )
+    with pytest.raises(ValueError):
+        lab.LaunchCounter.bump(-1)
+
+
+def test_capture_then_replay_is_one_launch():
+    runner = lab.GraphRunner(OPS)
+    runner(np.ones(4))
+    assert lab.LaunchCounter.n == 3, (
+        f"the first call captures: it launches every op once (3), got {lab.LaunchCounter.n}"
+    )
+    assert runner.num_captured == 1, f"one shape seen means one graph cached, got {runner.num_captured}"
+    runner(np.ones(4))
+    runner(np.ones(4))
+    assert lab.LaunchCounter.n == 5, (
+        f"each replay is exactly ONE launch, so capture + 2 replays = 3 + 1 + 1 = 5, got "
+        f"{lab.LaunchCounter.n}: do not bump per op on replay"
+    )
+
+
+def test_replay_output_matches_eager():
+    rng = np.random.default_rng(0)
+    runner = lab.GraphRunner(OPS)
+    runner(rng.standard_normal((2, 3)))
+    for _ in range(3):
+        x = rng.standard_normal((2, 3))
+        np.testing.assert_allclose(
+            runner(x), lab.run_eager(OPS, x),
+            err_msg="a replay must return exactly what eager returns for the same input",
+        )
+
+
+def test_static_buffer_reflects_new_input():
+    runner = lab.GraphRunner(OPS)
+    first = runner(np.full(4, 1.0))
+    assert np.all(first == 10.0), f"capture with 1.0 must return 10.0, got {first}"
+    buf = runner.graphs[(4,)].static_input
+    out = runner(np.full(4, 5.0))
+    assert np.all(out == 50.0), (
+        f"replay with 5.0 must return 50.0, got {out}: the recorded graph reads the buffer it was "
+        f"captured with, so copy the new input INTO it (np.copyto), do not rebind the attribute"
+    )
+    assert runner.graphs[(4,)].static_input is buf and np.all(buf == 5.0), (
+        "the entry must keep the SAME static buffer, now holding the new input"
+    )
+
+
+def test_new_shape_triggers_recapture():
+    runner = lab.GraphRunner(OPS)
+    runner(np.ones(4))
+    runner(np.ones(8))
+    assert lab.LaunchCounter.n == 6, (
+        f"shape (8,) after (4,) is a new key and pays a full capture: 3 + 3 = 6, got {lab.LaunchCounter.n}"
+    )
+    assert set(runner.graphs) == {(4,), (8,)}, (
+        f"both graphs must stay in the dict (one per shape), got keys {sorted(runner.graphs)}"
+    )
+    out = runner(np.full(4, 2.0))
+    assert lab.LaunchCounter.n == 7 and np.all(out == 20.0), (
+        f"the (4,) graph still replays (1 launch, 2 -> 20): launches {lab.LaunchCounter.n}, out {out}"
+    )
+
+
+def test_graphs_win_when_overhead_dominates():
+    x = np.ones(16)
+    for _ in range(100):
+        lab.run_eager(OPS, x)
+    eager = lab.LaunchCounter.n
+    lab.LaunchCounter.reset()
+    assert lab.LaunchCounter.n == 0, f"reset() must set the count back to 0, got {lab.LaunchCounter.n}"
+    runner = lab.GraphRunner(OPS)
+    for _ in range(100):
+        runner(x)
+    graph = lab.LaunchCounter.n
+    assert (eager, graph) == (300, 102), (
+        f"100 calls of a 3-op model: eager 100 x 3 = 300, graphs 3 (capture) + 99 (replays) = 102; "
+        f"got eager {eager}, graph {graph}"
+    )

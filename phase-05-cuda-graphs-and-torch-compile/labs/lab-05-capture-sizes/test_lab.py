@@ -1,0 +1,112 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+UPSTREAM = Path(__file__).resolve().parents[3] / "upstream"
+LADDER_64 = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+
+
+def test_ladder_shape():
+    got = lab.default_capture_sizes(64)
+    assert got == LADDER_64, f"max 64 must give [1, 2, 4] + every multiple of 8 up to 64, got {got}"
+    assert lab.default_capture_sizes(3) == [1, 2], "below 4 only the rungs that fit: [1, 2]"
+    with pytest.raises(ValueError):
+        lab.default_capture_sizes(0)
+
+
+def test_exact_rung_pays_nothing():
+    for b in LADDER_64:
+        assert lab.select_capture_size(b, LADDER_64) == b, f"batch {b} is a rung: it uses its own graph"
+        assert lab.padded_tokens(b, LADDER_64) == 0, f"batch {b} sits on a rung and pays no padding"
+
+
+def test_between_rungs_rounds_up():
+    assert lab.select_capture_size(33, LADDER_64) == 40, "33 pads UP to the next rung, 40 (never down to 32)"
+    assert lab.padded_tokens(33, LADDER_64) == 7, f"33 -> 40 adds 7 junk rows, got {lab.padded_tokens(33, LADDER_64)}"
+    assert lab.padded_tokens(3, LADDER_64) == 1 and lab.padded_tokens(5, LADDER_64) == 3, "3 -> 4 and 5 -> 8"
+
+
+def test_oversize_batch_runs_eager():
+    assert lab.select_capture_size(65, LADDER_64) is None, (
+        "above the top rung there is no graph: return None (the batch runs eagerly), do not raise"
+    )
+    assert lab.padded_tokens(65, LADDER_64) == 0, "an eager batch is not padded: 0 junk rows"
+    assert lab.select_capture_size(513, lab.default_capture_sizes(512)) is None
+
+
+def test_trace_accounting():
+    trace = [1, 3, 5, 33, 64, 65, 100]
+    got = lab.trace_waste(trace, LADDER_64)
+    assert got == 11, f"0 + 1 + 3 + 7 + 0 + 0 (eager) + 0 (eager) = 11 padded rows, got {got}"
+    assert lab.trace_waste([], LADDER_64) == 0, "an empty trace wastes nothing"
+
+
+def test_finer_ladder_trades_graphs_for_padding():
+    trace = [1, 3, 5, 9, 17, 33, 60, 64, 65, 100, 130, 250]
+    default = lab.default_capture_sizes(512)
+    every4 = [1, 2] + list(range(4, 513, 4))
+    d, f = lab.trace_waste(trace, default), lab.trace_waste(trace, every4)
+    assert (len(default), d) == (51, 52) and (len(every4), f) == (130, 20), (
+        f"a denser ladder pads less but captures more graphs: default 51 rungs / 52 rows, every-4 "
+        f"130 rungs / 20 rows; got {len(default)}/{d} and {len(every4)}/{f}"
+    )
+
+
+def test_default_ladder_for_512_has_51_rungs():
+    ladder = lab.default_capture_sizes(512)
+    assert len(ladder) == 51, (
+        f"vLLM 0.22.1's default ladder for max 512 has 3 + 31 + 17 = 51 rungs (not 23), got {len(ladder)}: "
+        f"stride 8 stops below 256, stride 16 from 256"
+    )
+    assert ladder[-1] == 512 and 248 in ladder and 264 not in ladder and 272 in ladder
+
+
+def test_engine_ladder_follows_config():
+    cases = {(256, 8192): (51, 512), (1024, 16384): (51, 512), (8, 8192): (5, 16), (256, 100): (16, 100)}
+    for (seqs, tokens), want in cases.items():
+        ladder = lab.engine_capture_sizes(seqs, tokens)
+        assert (len(ladder), ladder[-1]) == want, (
+            f"max_num_seqs={seqs}, max_num_batched_tokens={tokens}: expected {want[0]} rungs topped by "
+            f"{want[1]}, got {len(ladder)} topped by {ladder[-1]}; top = min(tokens, min(2 * seqs, 512))"
+        )
+    assert lab.engine_capture_sizes(256, 100)[-2:] == [96, 100], "an off-stride token budget is captured too"
+
+
+def _pinned_set_cudagraph_sizes():
+    """Compile the pinned VllmConfig._set_cudagraph_sizes from upstream/ (no vllm import needed)."""
+    tree = ast.parse((UPSTREAM / "vllm/config/vllm.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "VllmConfig")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_set_cudagraph_sizes")
+    env = {
+        "CUDAGraphMode": SimpleNamespace(NONE="NONE"),
+        "logger": SimpleNamespace(warning=lambda *a, **k: None, info=lambda *a, **k: None),
+    }
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), "vllm/config/vllm.py", "exec"), env)  # noqa: S102 (our own parse of the pinned file)
+    return env["_set_cudagraph_sizes"]
+
+
+@pytest.mark.upstream(needs="tree")
+def test_matches_pinned_set_cudagraph_sizes():
+    real = _pinned_set_cudagraph_sizes()
+    for seqs, tokens in [(256, 8192), (1024, 16384), (8, 8192), (256, 100), (3, 8192), (200, 300)]:
+        cc = SimpleNamespace(
+            cudagraph_mode="FULL_AND_PIECEWISE", max_cudagraph_capture_size=None, cudagraph_capture_sizes=None,
+            pass_config=SimpleNamespace(enable_sp=False), post_init_cudagraph_sizes=lambda: None,
+        )
+        cfg = SimpleNamespace(
+            model_config=SimpleNamespace(enforce_eager=False), compilation_config=cc, speculative_config=None,
+            scheduler_config=SimpleNamespace(max_num_seqs=seqs, max_num_batched_tokens=tokens),
+            performance_mode="balanced", parallel_config=SimpleNamespace(tensor_parallel_size=1),
+        )
+        real(cfg)
+        mine = lab.engine_capture_sizes(seqs, tokens)
+        assert mine == cc.cudagraph_capture_sizes, (
+            f"max_num_seqs={seqs}, max_num_batched_tokens={tokens}: the pinned vLLM code builds "
+            f"{cc.cudagraph_capture_sizes}, yours built {mine}"
+        )

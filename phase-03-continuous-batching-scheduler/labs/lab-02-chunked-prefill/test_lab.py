@@ -1,0 +1,62 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+PROMPT = ("The quick brown fox jumps over the lazy dog. " * 6)[:256]  # 256 byte-tokens
+
+
+def test_threshold_zero_means_one_step_when_it_fits():
+    got = lab.num_prefill_steps(256, 0, 2048)
+    assert got == 1, f"threshold 0 disables the per-request cap: 256 tokens fit a 2048 budget in 1 step, got {got}"
+    assert lab.predicted_chunks(256, 0, 2048) == [256], "with no cap the chunk list is the whole prompt, [256]"
+
+
+def test_budget_binds_when_threshold_exceeds_it():
+    got = lab.num_prefill_steps(256, 512, 100)
+    assert got == 3, f"threshold 512 > budget 100, so the budget is the chunk: ceil(256/100) = 3 steps, got {got}"
+    chunks = lab.predicted_chunks(256, 512, 100)
+    assert chunks == [100, 100, 56], f"256 tokens in chunks of at most 100 are [100, 100, 56], got {chunks}"
+    got = lab.num_prefill_steps(256, 0, 100)
+    assert got == 3, f"threshold 0 with budget 100 still chunks (the budget always applies): 3 steps, got {got}"
+
+
+def test_exact_division_has_no_extra_step():
+    for threshold, want in [(64, 4), (32, 8), (256, 1), (128, 2)]:
+        got = lab.num_prefill_steps(256, threshold, 2048)
+        assert got == want, (
+            f"256 tokens in chunks of {threshold} take exactly {want} steps (no +1 when it divides), got {got}"
+        )
+        chunks = lab.predicted_chunks(256, threshold, 2048)
+        assert chunks == [threshold] * want, f"expected {want} chunks of {threshold}, got {chunks}: no empty last chunk"
+    assert lab.num_prefill_steps(257, 64, 2048) == 5, "one token over a multiple needs one more step: ceil(257/64) = 5"
+
+
+def test_engine_follows_the_predicted_chunks():
+    for threshold in (0, 64, 100):
+        obs = lab.observe(PROMPT, threshold)
+        chunks = lab.predicted_chunks(256, threshold, 2048)
+        want = chunks + [1, 1, 1]  # then 3 decode steps (4 tokens: the first comes with the prefill)
+        assert obs.scheduled == want, (
+            f"threshold {threshold}: mini_vllm schedules {obs.scheduled}, the arithmetic says {want}: "
+            f"record out.num_scheduled_tokens for your request in every step"
+        )
+
+
+def test_mid_prefill_chunks_emit_nothing():
+    obs = lab.observe(PROMPT, 64)
+    assert obs.sampled == [False, False, False, True, True, True, True], (
+        f"chunks 1-3 of a 4-chunk prefill must not sample; the 4th chunk and each decode do; got {obs.sampled}: "
+        f"record Scheduler.needs_sample(request, n) right after schedule()"
+    )
+    assert len(obs.token_ids) == 4, f"max_tokens=4 means 4 generated tokens, got {len(obs.token_ids)}"
+
+
+def test_chunked_and_unchunked_outputs_are_identical():
+    reference = lab.observe(PROMPT, 0).token_ids
+    assert len(reference) == 4, f"expected 4 tokens from the unchunked run, got {reference}"
+    for threshold in (64, 100, 7):
+        got = lab.observe(PROMPT, threshold).token_ids
+        assert got == reference, (
+            f"threshold {threshold} produced {got}, unchunked produced {reference}: chunking may change "
+            f"timing, never the tokens (greedy + a deterministic model)"
+        )

@@ -1,0 +1,104 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import functools
+
+import pytest
+
+N, SYSTEM, QUESTION, BS = 16, 410, 14, 16
+PROMPT_LEN = SYSTEM + QUESTION  # 424
+
+
+@pytest.fixture(scope="module")
+def real_vllm():
+    """Import the real vLLM scheduler driver once for the whole module (torch + vllm: seconds)."""
+    from mini_vllm.testing import real_vllm
+
+    return real_vllm
+
+
+@functools.cache
+def measured(caching: bool, together: bool = True, shared: bool = True):
+    return lab.measure(lab.make_prompts(shared=shared), enable_caching=caching, arrive_together=together)
+
+
+def test_prediction_counts_whole_blocks_only():
+    hits = lab.predict_prefix_hits(lab.make_prompts(), BS)
+    assert hits == [0] + [400] * 15, (
+        f"the first request finds nothing; each follower hits the 25 full blocks of the 410-token system "
+        f"prompt (400 tokens), not 410: the 26th block mixes 10 shared tokens with its own question; got {hits}"
+    )
+    prefix = list(range(1000, 1130))  # a 130-token shared prefix
+    two = [prefix + [1, 2, 3], prefix + [4, 5, 6]]
+    got = lab.predict_prefix_hits(two, BS)
+    assert got == [0, 128], f"a 130-token shared prefix hits at most 8 blocks = 128 tokens at block size 16, got {got}"
+
+
+def test_prediction_never_covers_the_last_token():
+    same = [list(range(500, 564))] * 3  # three identical 64-token prompts = 4 full blocks
+    got = lab.predict_prefix_hits(same, BS)
+    assert got == [0, 48, 48], (
+        f"identical 64-token prompts hit 3 blocks (48 tokens), not 4: the hit stops at num_tokens - 1 = 63 "
+        f"tokens, rounded down to whole blocks; got {got}"
+    )
+    assert lab.hit_rate(0, 0) == 0.0 and lab.hit_rate(6784, 6000) == pytest.approx(6000 / 6784), (
+        "hit_rate is hits / queries, and 0.0 when nothing was queried"
+    )
+
+
+@pytest.mark.upstream
+def test_real_scheduler_hits_match_the_prediction(real_vllm):
+    m = measured(caching=True)
+    predicted = lab.predict_prefix_hits(lab.make_prompts(), BS)
+    assert m.queries == N * PROMPT_LEN, (
+        f"vLLM counts every prompt token of every lookup as a query: 16 x 424 = {N * PROMPT_LEN}, got {m.queries}"
+    )
+    assert m.hits == sum(predicted) == 6000, (
+        f"the real scheduler reports {m.hits} hit tokens, your prediction says {sum(predicted)}: 15 followers x "
+        f"25 blocks x 16 = 6000; sum StepRecord.prefix_cache[2] over every step"
+    )
+    assert lab.hit_rate(m.queries, m.hits) == pytest.approx(6000 / 6784)
+
+
+@pytest.mark.upstream
+def test_caching_off_looks_nothing_up(real_vllm):
+    m = measured(caching=False)
+    assert (m.queries, m.hits) == (0, 0), (
+        f"with prefix caching off, get_computed_blocks returns before recording anything: 0 queries, 0 hits; "
+        f"got {(m.queries, m.hits)}"
+    )
+    assert lab.hit_rate(m.queries, m.hits) == 0.0, "a run with no lookups has a hit rate of 0.0"
+    assert m.scheduled_tokens == N * (PROMPT_LEN + 3), (
+        f"without caching every request computes 424 prompt tokens + 3 decodes: {N * (PROMPT_LEN + 3)}, "
+        f"got {m.scheduled_tokens}"
+    )
+
+
+@pytest.mark.upstream
+def test_cache_saves_exactly_the_hit_tokens(real_vllm):
+    on, off = measured(caching=True), measured(caching=False)
+    assert off.scheduled_tokens - on.scheduled_tokens == on.hits, (
+        f"every hit token is a token the scheduler does not hand out: {off.scheduled_tokens} - "
+        f"{on.scheduled_tokens} should equal the {on.hits} hits"
+    )
+
+
+@pytest.mark.upstream
+def test_arriving_together_hits_like_arriving_apart(real_vllm):
+    together, apart = measured(caching=True, together=True), measured(caching=True, together=False)
+    assert (together.queries, together.hits) == (apart.queries, apart.hits), (
+        f"blocks are cached when they are allocated, so requests admitted in the same step as request 0 hit "
+        f"as much as requests arriving later: together {together[:2]}, apart {apart[:2]}"
+    )
+    assert apart.steps > together.steps, "one arrival per step must take more steps than one batch"
+
+
+@pytest.mark.upstream
+def test_unshared_prompts_hit_nothing(real_vllm):
+    m = measured(caching=True, shared=False)
+    assert m.hits == 0 and m.queries == N * PROMPT_LEN, (
+        f"prompts with unique system parts (a RAG-style unique context) find nothing cached: got {m.hits} hits "
+        f"of {m.queries} queries"
+    )
+    assert lab.predict_prefix_hits(lab.make_prompts(shared=False), BS) == [0] * N, "and the prediction says so"

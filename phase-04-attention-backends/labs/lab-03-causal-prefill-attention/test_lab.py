@@ -1,0 +1,102 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import numpy as np
+
+D, BLOCK_SIZE, NUM_BLOCKS = 8, 4, 8
+
+
+def _oracle(Q, K, V, start_pos):
+    """The test's own causal attention: one masked matmul (independent of the learner's code)."""
+    M, n = Q.shape[0], K.shape[0]
+    s = Q @ K.T / np.sqrt(D)
+    pos_q = start_pos + np.arange(M)[:, None]
+    s = np.where(np.arange(n)[None, :] <= pos_q, s, -np.inf)
+    w = np.exp(s - s.max(axis=1, keepdims=True))
+    return (w / w.sum(axis=1, keepdims=True)) @ V
+
+
+def _tokens(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, D)), rng.standard_normal((n, D)), rng.standard_normal((n, D))
+
+
+def _empty_cache():
+    return np.full((NUM_BLOCKS, BLOCK_SIZE, D), np.nan), np.full((NUM_BLOCKS, BLOCK_SIZE, D), np.nan)
+
+
+def test_full_prefill_from_position_zero():
+    Q, K, V = _tokens(13)
+    table = [4, 0, 6, 2]                    # 13 tokens: 3 full blocks + 1 token in the 4th
+    kc, vc = _empty_cache()
+    lab.write_chunk(kc, vc, table, 0, K, V)
+    out = lab.paged_causal_prefill_attention(Q, kc, vc, table, 0)
+    assert out.shape == (13, D), f"one output row per query: expected (13, {D}), got {out.shape}"
+    assert np.all(np.isfinite(out)), "NaN in the output: a query read a cache slot that was never written"
+    err = np.max(np.abs(out - _oracle(Q, K, V, 0)))
+    assert err < 1e-9, (
+        f"start_pos=0 prefill differs from causal attention by {err:.2e}: row i must attend over tokens "
+        f"[0, i] — that is seq_len = start_pos + i + 1 (a token sees itself)"
+    )
+
+
+def test_mid_sequence_chunk():
+    Q, K, V = _tokens(9, seed=1)
+    table = [7, 3, 5]
+    kc, vc = _empty_cache()
+    lab.write_chunk(kc, vc, table, 0, K, V)                 # cache holds tokens 0..8
+    out = lab.paged_causal_prefill_attention(Q[5:9], kc, vc, table, 5)   # queries for positions 5..8
+    err = np.max(np.abs(out - _oracle(Q[5:9], K, V, 5)))
+    assert err < 1e-9, (
+        f"queries at positions 5..8 (starting mid-block) differ by {err:.2e}: query row i is at absolute "
+        f"position start_pos + i, so it sees start_pos + i + 1 tokens"
+    )
+
+
+def test_chunked_equals_one_shot():
+    Q, K, V = _tokens(12, seed=2)
+    table = [6, 2, 5]
+    kc1, vc1 = _empty_cache()
+    one_shot = lab.chunked_prefill(Q, K, V, [12], kc1, vc1, table)
+    kc2, vc2 = _empty_cache()
+    chunked = lab.chunked_prefill(Q, K, V, [5, 7], kc2, vc2, table)
+    assert np.all(np.isfinite(chunked)), (
+        "NaN in the chunked run: write each chunk's K/V into the cache BEFORE attending its queries"
+    )
+    err = np.max(np.abs(chunked - one_shot))
+    assert err < 1e-9, f"5 + 7 chunks differ from one 12-token chunk by {err:.2e}; the cache is the only state"
+    assert np.max(np.abs(one_shot - _oracle(Q, K, V, 0))) < 1e-9, "one-shot prefill is not causal attention"
+
+
+def test_causality_future_tokens_are_invisible():
+    Q, K, V = _tokens(8, seed=3)
+    table = [1, 4]
+    kc, vc = _empty_cache()
+    lab.write_chunk(kc, vc, table, 0, K, V)
+    before = lab.paged_causal_prefill_attention(Q, kc, vc, table, 0)
+    K2, V2 = K.copy(), V.copy()
+    K2[7], V2[7] = 1e3, 1e3                                 # make the last token "loud"
+    lab.write_chunk(kc, vc, table, 0, K2, V2)
+    after = lab.paged_causal_prefill_attention(Q, kc, vc, table, 0)
+    assert np.array_equal(before[:7], after[:7]), (
+        "changing token 7 changed rows 0..6: earlier queries must not see later tokens "
+        "(the causal bound is seq_len = start_pos + i + 1, not the whole cache)"
+    )
+    assert not np.allclose(before[7], after[7]), "row 7 must see token 7 itself: include the query's own position"
+
+
+def test_slot_mapping_for_a_chunk():
+    slots = lab.slot_mapping([3, 1, 7], 4, 5, 4)
+    assert list(slots) == [5, 6, 7, 28], (
+        f"tokens 5..8 with block_table [3,1,7], block_size 4 go to slots "
+        f"[1*4+1, 1*4+2, 1*4+3, 7*4+0] = [5, 6, 7, 28], got {list(slots)}: "
+        f"slot = block_table[t // block_size] * block_size + t % block_size"
+    )
+
+
+def test_dense_causal_reference():
+    Q, K, V = _tokens(6, seed=4)
+    got = lab.dense_causal_attention(Q[2:], K, V, 2)
+    err = np.max(np.abs(got - _oracle(Q[2:], K, V, 2)))
+    assert err < 1e-12, f"dense_causal_attention with start_pos=2 differs from masked attention by {err:.2e}"

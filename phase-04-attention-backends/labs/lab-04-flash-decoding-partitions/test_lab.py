@@ -1,0 +1,109 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import numpy as np
+
+D = 16
+
+
+def _dense(q, K, V):
+    s = K @ q / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max())
+    return (w / w.sum()) @ V
+
+
+def _data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(D), rng.standard_normal((n, D)), rng.standard_normal((n, D))
+
+
+def _parts(q, K, V, p):
+    return [lab.attend_partial(q, k, v) for k, v in zip(np.array_split(K, p), np.array_split(V, p))]
+
+
+def test_one_partition_is_just_attention():
+    q, K, V = _data(50)
+    out = lab.merge_partials([lab.attend_partial(q, K, V)])
+    err = np.max(np.abs(out - _dense(q, K, V)))
+    assert err < 1e-12, (
+        f"one summary -> output differs from dense by {err:.2e}: merge_partials must return acc / denom"
+    )
+
+
+def test_any_partition_count_matches_dense():
+    q, K, V = _data(200, seed=1)
+    want = _dense(q, K, V)
+    for p in (2, 3, 7, 32, 100):
+        err = np.max(np.abs(lab.partitioned_attention(q, K, V, p) - want))
+        assert err < 1e-12, (
+            f"{p} partitions differ from dense by {err:.2e}. If 1 partition works but 2 do not, you "
+            f"normalised each partition (acc/denom) and averaged: weight partitions by denom_i*exp(m_i - m*)"
+        )
+
+
+def test_more_partitions_than_keys():
+    q, K, V = _data(5, seed=2)
+    want = _dense(q, K, V)
+    out = lab.partitioned_attention(q, K, V, 8)     # array_split gives 3 empty chunks
+    assert np.all(np.isfinite(out)) and np.max(np.abs(out - want)) < 1e-12, (
+        "8 partitions over 5 keys: the 3 empty chunks must become empty summaries (m=-inf, denom=0, acc=0)"
+    )
+    parts = _parts(q, K, V, 8)
+    out = lab.merge_partials(parts[::-1])             # empty summaries first: merge_two(empty, empty)
+    assert np.all(np.isfinite(out)), (
+        "merging two empty summaries produced NaN: exp(-inf - (-inf)) is NaN, so when max(m_a, m_b) is "
+        "-inf return an empty summary instead of computing the weights"
+    )
+    assert np.max(np.abs(out - want)) < 1e-12, "empties-first merge differs from dense"
+
+
+def test_merge_is_order_invariant():
+    q, K, V = _data(120, seed=3)
+    parts = _parts(q, K, V, 9)
+    base = lab.merge_partials(parts)
+    shuffled = [parts[i] for i in np.random.default_rng(7).permutation(len(parts))]
+    for order, name in ((parts[::-1], "reversed"), (shuffled, "shuffled")):
+        err = np.max(np.abs(lab.merge_partials(order) - base))
+        assert err < 1e-12, f"{name} partial list changed the output by {err:.2e}: the merge must be commutative"
+
+
+def test_merge_is_hierarchical():
+    q, K, V = _data(90, seed=4)
+    a, b, c, d = _parts(q, K, V, 4)
+    union = lab.attend_partial(q, K, V)
+    left = lab.merge_two(lab.merge_two(lab.merge_two(a, b), c), d)
+    tree = lab.merge_two(lab.merge_two(a, b), lab.merge_two(c, d))
+    for got, name in ((left, "left fold"), (tree, "balanced tree")):
+        assert abs(got.m - union.m) < 1e-12, f"{name}: merged m should be the max over all keys ({union.m})"
+        assert abs(got.denom - union.denom) < 1e-9 * union.denom, (
+            f"{name}: merged denom {got.denom} != denom over the union {union.denom}: "
+            f"rescale each side by exp(m_side - m_merged) before adding"
+        )
+        assert np.max(np.abs(got.acc - union.acc)) < 1e-9, f"{name}: merged acc differs from the union's acc"
+
+
+def test_extreme_scores_do_not_overflow():
+    q, K, V = _data(64, seed=5)
+    # key 40 gets a logit of ~800: exp(800) is inf even in float64 (float32 already overflows at ~88.7)
+    K[40] = q * (800.0 * np.sqrt(D) / (q @ q))
+    want = _dense(q, K, V)
+    for p in (1, 4, 64):
+        out = lab.partitioned_attention(q, K, V, p)
+        assert np.all(np.isfinite(out)), (
+            f"{p} partitions: a logit of ~800 overflowed; subtract the partition max before exp and merge "
+            f"with exp(m_i - m*) (exponent <= 0), never exp(m_i)"
+        )
+        assert np.max(np.abs(out - want)) < 1e-12, f"{p} partitions with an extreme logit differ from dense"
+
+
+def test_attend_partial_keeps_acc_unnormalised():
+    q = np.array([1.0])
+    K = np.array([[1.0], [3.0]])
+    V = np.array([[10.0], [20.0]])
+    m, denom, acc = lab.attend_partial(q, K, V)
+    assert m == 3.0, f"m should be the largest score, 3.0, got {m}"
+    assert abs(denom - (np.exp(-2.0) + 1.0)) < 1e-12, f"denom should be e^-2 + e^0 = 1.1353, got {denom}"
+    assert abs(acc[0] - (10 * np.exp(-2.0) + 20.0)) < 1e-12, (
+        f"acc should be 10e^-2 + 20 = 21.3534 (NOT divided by denom), got {acc[0]}"
+    )

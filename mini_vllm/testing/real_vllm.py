@@ -27,6 +27,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("PYTHONHASHSEED", "0")  # NONE_HASH is derived from it: stable hashes
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # keep stdout clean for generated blocks
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import warnings

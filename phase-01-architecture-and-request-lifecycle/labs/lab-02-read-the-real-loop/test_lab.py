@@ -1,0 +1,100 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import pytest
+
+# The tests that drive vLLM's real Scheduler are marked `upstream` and share one module-scoped
+# fixture, so the heavy import (torch + vllm) happens once for the whole lab.
+
+
+@pytest.fixture(scope="module")
+def real_vllm():
+    from mini_vllm.testing import real_vllm as module  # imports torch and vllm: seconds, once
+
+    return module
+
+
+def _fmt(mini, real):
+    return "\n".join("    " + line for line in lab.side_by_side(mini, real))
+
+
+@pytest.mark.upstream
+def test_real_lifecycle_matches_mini(real_vllm):
+    real = lab.real_trace("hello", max_tokens=4)
+    mini = lab.mini_trace("hello", max_tokens=4)
+    got = [(e.status, e.num_computed_tokens, e.num_tokens) for e in real]
+    assert got == [("RUNNING", 5, 6), ("RUNNING", 6, 7), ("RUNNING", 7, 8), ("FINISHED_LENGTH_CAPPED", 8, 9)], (
+        f"vLLM's own Scheduler should show the lifecycle you traced in lab-01 (5 prompt tokens, 4 outputs). "
+        f"Snapshot the request after every schedule()+update_from_output() pair:\n{_fmt(mini, real)}"
+    )
+    assert lab.compare_traces(mini, real) == [], f"mini_vllm and vLLM disagree:\n{_fmt(mini, real)}"
+
+
+@pytest.mark.upstream
+def test_first_token_comes_from_the_prefill_step(real_vllm):
+    real = lab.real_trace("hello", max_tokens=16)
+    assert len(real) == 16, (
+        f"max_tokens=16 takes 16 engine steps on the real scheduler too: the prefill step samples the "
+        f"first token, then 15 decode steps follow. Got {len(real)} steps"
+    )
+    assert lab.lab01.split_steps(real, 5) == (1, 15), (
+        f"expected 1 prefill + 15 decode steps, got {lab.lab01.split_steps(real, 5)}"
+    )
+    assert (real[-1].num_computed_tokens, real[-1].num_tokens) == (20, 21), (
+        f"5 + 16 = 21 tokens, of which 20 were ever computed (the last sample is not), got "
+        f"({real[-1].num_computed_tokens}, {real[-1].num_tokens})"
+    )
+
+
+@pytest.mark.upstream
+def test_chunked_prefill_agrees(real_vllm):
+    for kw in ({"long_prefill_token_threshold": 4}, {"max_num_batched_tokens": 3, "max_num_seqs": 2}):
+        real = lab.real_trace("abcdefghij", max_tokens=3, **kw)
+        mini = lab.mini_trace("abcdefghij", max_tokens=3, **kw)
+        assert len(real) > 3, f"{kw}: the 10-token prompt must be chunked over several steps, got {len(real)} steps"
+        assert lab.compare_traces(mini, real) == [], (
+            f"{kw}: chunked prefill must look the same in both engines (pass **engine_kwargs through):\n"
+            f"{_fmt(mini, real)}"
+        )
+
+
+@pytest.mark.upstream
+def test_real_step_is_schedule_then_update(real_vllm):
+    real = lab.make_real_scheduler()
+    request = real.add_request("probe", list(b"hello"), 2)
+    out = lab.real_step(real)
+    assert dict(out.num_scheduled_tokens) == {"probe": 5}, (
+        f"real_step must return this step's SchedulerOutput; step 1 schedules all 5 prompt tokens, "
+        f"got {dict(out.num_scheduled_tokens)}"
+    )
+    assert (request.num_computed_tokens, request.num_output_tokens) == (5, 1), (
+        "after one real_step the prompt is computed AND the fake runner's token is appended: call "
+        "update_from_output(out, real.fake_model_runner_output(out)) after schedule(). Got "
+        f"num_computed_tokens={request.num_computed_tokens}, outputs={request.num_output_tokens}"
+    )
+    lab.real_step(real)
+    assert request.status.name == "FINISHED_LENGTH_CAPPED", (
+        f"the second step samples token 2 of max_tokens=2, so the request finishes: got {request.status.name}"
+    )
+    idle = lab.real_step(real)
+    assert idle.total_num_scheduled_tokens == 0, "once the request is finished, a step schedules nothing"
+
+
+def test_compare_traces_finds_disagreements():
+    E = lab.Event
+    mini = [E(1, "req-0", "RUNNING", 5, 6), E(2, "req-0", "RUNNING", 6, 7),
+            E(3, "req-0", "FINISHED_LENGTH_CAPPED", 7, 8)]
+    real = [E(1, "0-ab12cd34", "RUNNING", 5, 6), E(2, "0-ab12cd34", "RUNNING", 6, 7),
+            E(3, "0-ab12cd34", "FINISHED_LENGTH_CAPPED", 7, 8)]
+    assert lab.compare_traces(mini, real) == [], (
+        "request ids differ between engines (vLLM appends a random suffix to its ids); compare only "
+        "status, num_computed_tokens and num_tokens"
+    )
+    off = real[:1] + [E(2, "x", "RUNNING", 5, 7)] + real[2:]
+    assert lab.compare_traces(mini, off) == [2], f"step 2's num_computed_tokens differs: expected [2], got {lab.compare_traces(mini, off)}"
+    assert lab.compare_traces(mini, real[:2]) == [3], "a step only one engine took is a disagreement (step 3)"
+    finished_early = real[:1] + [E(2, "x", "FINISHED_STOPPED", 6, 7)]
+    assert lab.compare_traces(mini, finished_early) == [2, 3], (
+        f"different status at step 2 and a missing step 3: expected [2, 3], got {lab.compare_traces(mini, finished_early)}"
+    )

@@ -58,10 +58,11 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     mode = "strict (only gpu tests may skip)" if STRICT else "relaxed"
-    return [
+    header = (
         f"course: LAB_IMPL={current_impl()}  CUDA={'yes' if HAS_CUDA else 'no'}  "
         f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}  mode={mode}"
-    ]
+    )
+    return [header]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -80,6 +81,17 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="upstream: vllm 0.22.1 not importable (make upstream-deps)"))
             if needs in ("tree", "both") and not has_tree:
                 item.add_marker(pytest.mark.skip(reason="upstream: pinned tree missing (make upstream)"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Strict mode: a whole test module skipped at collection (missing extra) is a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if STRICT and report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"COURSE_STRICT=1: {collector.nodeid} was skipped at collection ({reason})"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,0 +1,220 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+LINKS = ("prev_free_block", "next_free_block")
+
+
+def ids(blocks):
+    return [b.block_id for b in blocks]
+
+
+def queue_ids(pool):
+    return ids(pool.free_block_queue.get_all_free_blocks())
+
+
+def check_invariants(pool):
+    """I1 both ways, the null block rule, and an honest prefix-cache index."""
+    free = pool.free_block_queue.get_all_free_blocks()
+    free_set = {id(b) for b in free}
+    assert len(free) == pool.get_num_free_blocks(), (
+        f"num_free_blocks says {pool.get_num_free_blocks()} but the queue holds {len(free)}: "
+        f"update the counter in popleft/remove/append")
+    assert id(pool.null_block) not in free_set, "the null block must never sit in the free queue"
+    for b in pool.blocks:
+        if b.is_null:
+            continue
+        in_queue = id(b) in free_set
+        assert in_queue == (b.ref_cnt == 0), (
+            f"I1 broken for block {b.block_id}: ref_cnt={b.ref_cnt}, in free queue={in_queue}; "
+            f"a block is free exactly when nobody references it")
+    for h, b in pool.cached_block_hash_to_block.items():
+        assert b.block_hash == h, (
+            f"index maps a hash to block {b.block_id}, whose own hash differs: evict index entries "
+            f"when a block is reused (_maybe_evict_cached_block)")
+
+
+def test_free_queue_keeps_order_and_count():
+    blocks = [lab.KVCacheBlock(i) for i in range(6)]
+    q = lab.FreeKVCacheBlockQueue(blocks)
+    assert ids(q.get_all_free_blocks()) == [0, 1, 2, 3, 4, 5], "the queue starts in block-id order"
+    assert q.num_free_blocks == 6
+    first = q.popleft()
+    assert first.block_id == 0, f"popleft must take the FRONT block, got {first.block_id}"
+    assert first.prev_free_block is None and first.next_free_block is None, (
+        "a popped block must have both links cleared")
+    q.remove(blocks[3])
+    q.append(first)
+    q.append(blocks[3])
+    order = q.get_all_free_blocks()
+    assert ids(order) == [1, 2, 4, 5, 0, 3], (
+        f"after popleft/remove/append the order should be [1, 2, 4, 5, 0, 3], got {ids(order)}")
+    assert q.num_free_blocks == 6, f"num_free_blocks must stay exact, got {q.num_free_blocks}"
+    assert all(b.block_id >= 0 for b in order), "sentinel nodes (block_id -1) must never be returned"
+    for a, b in pairwise(order):
+        assert a.next_free_block is b and b.prev_free_block is a, (
+            f"links between {a.block_id} and {b.block_id} are inconsistent: the list must be threaded "
+            f"through prev_free_block/next_free_block on the blocks themselves")
+    while q.num_free_blocks:
+        q.popleft()
+    with pytest.raises(ValueError):
+        q.popleft()
+
+
+def _counting_block_class():
+    counts = {"links": 0, "eq": 0}
+
+    class CountingBlock(lab.KVCacheBlock):
+        def __getattribute__(self, name):
+            if name in LINKS:
+                counts["links"] += 1
+            return object.__getattribute__(self, name)
+
+        def __setattr__(self, name, value):
+            if name in LINKS:
+                counts["links"] += 1
+            object.__setattr__(self, name, value)
+
+        def __eq__(self, other):
+            counts["eq"] += 1
+            return self is other
+
+        __hash__ = object.__hash__
+
+    return CountingBlock, counts
+
+
+@pytest.mark.parametrize("n", [16, 2048])
+def test_remove_from_middle_is_constant_time(n):
+    Block, counts = _counting_block_class()
+    blocks = [Block(i) for i in range(n)]
+    q = lab.FreeKVCacheBlockQueue(blocks)
+    counts["links"] = counts["eq"] = 0
+    q.remove(blocks[n // 2])
+    work = counts["links"] + counts["eq"]
+    assert work <= 12, (
+        f"remove() from the middle of a {n}-block queue touched {counts['links']} link fields and made "
+        f"{counts['eq']} comparisons; it must rewire the block's two neighbours directly (O(1)), "
+        f"never walk or search the list")
+    assert ids(q.get_all_free_blocks()) == [i for i in range(n) if i != n // 2], (
+        "removing a middle block must leave every other block in its original order")
+
+
+def test_null_block_is_reserved():
+    pool = lab.BlockPool(num_gpu_blocks=5)
+    assert pool.null_block.block_id == 0 and pool.null_block.is_null, (
+        "block 0 must become the null block (is_null=True) at construction")
+    assert pool.get_num_free_blocks() == 4, "5 blocks minus the null block leaves 4 free"
+    assert pool.get_usage() == 0.0, "with only the null block taken, usage must be 0.0"
+    got = pool.get_new_blocks(4)
+    assert 0 not in ids(got), "the null block must never be handed out"
+    assert pool.get_usage() == 1.0, "with every usable block taken, usage must be 1.0 (null block excluded)"
+    check_invariants(pool)
+
+
+def test_allocate_free_cycles_keep_invariant_I1():
+    rng = np.random.default_rng(0)
+    pool = lab.BlockPool(num_gpu_blocks=17)
+    live = []
+    for step in range(200):
+        if live and (rng.random() < 0.45 or pool.get_num_free_blocks() == 0):
+            table = live.pop(int(rng.integers(len(live))))
+            pool.free_blocks(reversed(table))
+        else:
+            n = int(rng.integers(1, 5))
+            if n > pool.get_num_free_blocks():
+                before = queue_ids(pool)
+                with pytest.raises(ValueError):
+                    pool.get_new_blocks(n)
+                assert queue_ids(pool) == before, "a refused allocation must leave the free queue untouched"
+                continue
+            table = pool.get_new_blocks(n)
+            assert all(b.ref_cnt == 1 for b in table), "fresh blocks start with ref_cnt == 1"
+            live.append(table)
+        check_invariants(pool)
+    with pytest.raises(ValueError):
+        lab.BlockPool(2).free_blocks([lab.BlockPool(2).blocks[1]])
+
+
+def test_identical_content_gets_distinct_blocks_I2():
+    pool = lab.BlockPool(num_gpu_blocks=10)
+    tokens = [7, 7, 7, 7, 8, 8, 8, 8]
+    hashes = lab.block_hashes_for(tokens, 4)
+    a = pool.get_new_blocks(2)
+    b = pool.get_new_blocks(2)
+    pool.cache_full_blocks(a, hashes)
+    a_ids, b_ids = ids(a), ids(b)
+    pool.cache_full_blocks(b, hashes)
+    assert set(a_ids).isdisjoint(b_ids), "two requests always get distinct physical blocks"
+    assert ids(a) == a_ids and ids(b) == b_ids, "caching must never change a block table (I2: append-only)"
+    assert pool.get_cached_block(hashes[0]) is a[0], (
+        "with one block per hash, the block indexed FIRST keeps the entry (no de-duplication)")
+    assert all(blk.ref_cnt == 1 for blk in a + b), "caching must not change reference counts"
+    check_invariants(pool)
+
+
+def test_partial_blocks_are_never_cached_I3():
+    pool = lab.BlockPool(num_gpu_blocks=8)
+    tokens = list(range(10))                       # block_size 4: two full blocks + 2 tokens
+    hashes = lab.block_hashes_for(tokens, 4)
+    assert len(hashes) == 2, f"10 tokens at block_size 4 make 2 full blocks, so 2 hashes; got {len(hashes)}"
+    table = pool.get_new_blocks(3)
+    pool.cache_full_blocks(table, hashes)
+    assert table[0].block_hash == hashes[0] and table[1].block_hash == hashes[1]
+    assert table[2].block_hash is None, "the partial tail block is still being written: it must get no hash"
+    assert len(pool.cached_block_hash_to_block) == 2, "only the two full blocks may be indexed"
+    # Two more tokens fill the tail: now it may be cached, and the earlier ones are not redone.
+    hashes = lab.block_hashes_for(tokens + [10, 11], 4)
+    pool.cache_full_blocks(table, hashes, num_cached_blocks=2)
+    assert table[2].block_hash == hashes[2], "once full, the tail block gets its hash"
+
+
+def test_prefix_hash_is_chained():
+    h_cd_after_ab = lab.block_hashes_for([1, 2, 3, 4], 2)[1]
+    h_cd_after_xy = lab.block_hashes_for([9, 9, 3, 4], 2)[1]
+    assert h_cd_after_ab != h_cd_after_xy, (
+        "the same tokens [3, 4] after different prefixes must hash differently: fold the parent hash in")
+    assert lab.hash_block_tokens(None, [3, 4]) == lab.hash_block_tokens(None, [3, 4]), "hashes must be deterministic"
+    assert isinstance(lab.hash_block_tokens(None, [3, 4]), bytes), "return the digest as bytes"
+    parent = lab.hash_block_tokens(None, [1, 2])
+    assert lab.hash_block_tokens(parent, [3, 4]) == h_cd_after_ab, (
+        "block_hashes_for must chain hash_block_tokens from a None parent")
+
+
+def test_touch_revives_a_cached_free_block_from_the_middle_I4():
+    pool = lab.BlockPool(num_gpu_blocks=10)
+    tokens = list(range(12))
+    hashes = lab.block_hashes_for(tokens, 4)
+    table = pool.get_new_blocks(3)
+    pool.cache_full_blocks(table, hashes)
+    pool.free_blocks(reversed(table))                 # queue: 4..9, then 3, 2, 1
+    assert queue_ids(pool) == [4, 5, 6, 7, 8, 9, 3, 2, 1], (
+        f"free_blocks must append in the order given (reversed table -> 3, 2, 1); got {queue_ids(pool)}")
+    hit = pool.get_cached_block(hashes[1])
+    assert hit is table[1], "a freed block keeps its hash and stays findable (cached != unusable)"
+    pool.touch([hit])
+    assert hit.ref_cnt == 1, "touch must add a reference"
+    assert queue_ids(pool) == [4, 5, 6, 7, 8, 9, 3, 1], (
+        f"touch must unlink the revived block from the middle and keep everyone else in order; got {queue_ids(pool)}")
+    assert pool.get_cached_block(hashes[1]) is hit, "reviving must keep the block cached"
+    check_invariants(pool)
+
+
+def test_reusing_a_cached_block_evicts_its_index_entry():
+    pool = lab.BlockPool(num_gpu_blocks=4)            # 3 usable blocks
+    hashes = lab.block_hashes_for(list(range(8)), 4)
+    table = pool.get_new_blocks(2)
+    pool.cache_full_blocks(table, hashes)
+    pool.free_blocks(reversed(table))                 # queue: 3, 2, 1 (all idle, 2 and 1 cached)
+    got = pool.get_new_blocks(3)
+    assert ids(got) == [3, 2, 1], f"allocation pops from the front of the queue; got {ids(got)}"
+    assert pool.get_cached_block(hashes[0]) is None and pool.get_cached_block(hashes[1]) is None, (
+        "a cached block handed to a new owner must leave the prefix-cache index (_maybe_evict_cached_block)")
+    assert all(b.block_hash is None for b in got), "a reused block must have its hash reset"
+    assert all(b.ref_cnt == 1 for b in got)
+    check_invariants(pool)

@@ -30,8 +30,8 @@ def slot_mapping(block_table: list[int], block_size: int, start_pos: int, num_to
     slot(t) = block_table[t // block_size] * block_size + t % block_size
     """
     raise NotImplementedError(
-        "slot_mapping: t = np.arange(start_pos, start_pos + num_tokens); "
-        "return np.asarray(block_table)[t // block_size] * block_size + t % block_size"
+        "slot_mapping: for each absolute position t in [start_pos, start_pos + num_tokens), the flat slot is "
+        "(physical block of t) * block_size + (row of t inside its block); a numpy array of t's does it in one line"
     )
 
 

@@ -129,8 +129,8 @@ def choose_num_splits(batch: int, num_heads: int, max_seq_len: int, num_sms: int
     smaller than the number of SMs, each split would still hold >= min_tokens_per_split tokens,
     and S < max_splits. Large batches and short contexts get S = 1."""
     raise NotImplementedError(
-        "choose_num_splits: start at s = 1; while batch*num_heads*s < num_sms and ceil(max_seq_len / (2*s)) "
-        ">= min_tokens_per_split and s < max_splits: s *= 2; return s"
+        "choose_num_splits: start at s = 1 and keep doubling while all three conditions in the docstring hold "
+        "(grid below the SM count, each of the 2*s splits still gets >= min_tokens_per_split tokens, s < max_splits)"
     )
 
 

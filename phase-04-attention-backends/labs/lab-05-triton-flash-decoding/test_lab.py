@@ -12,9 +12,11 @@ torch = pytest.importorskip("torch")
 LAB04 = load_lab(Path(__file__).resolve().parent.parent / "lab-04-flash-decoding-partitions" / "test_lab.py",
                  impl="solution")
 
-# Tiny interpreter shapes: 2 sequences (5 and 13 tokens, ragged), 2 query heads sharing 1 KV head (GQA),
-# head_dim 16, block_size 4, tiles of 8 tokens (so a tile spans two pages).
-B, H, H_KV, D, BLOCK, NUM_BLOCKS, TILE = 2, 2, 1, 16, 4, 10, 8
+# Tiny interpreter shapes: 2 sequences (5 and 13 tokens, ragged), 4 query heads in 2 GQA groups of 2
+# (query heads 0, 1 read KV head 0; heads 2, 3 read KV head 1), head_dim 16, block_size 4, tiles of
+# 8 tokens (so a tile spans two pages).
+B, H, H_KV, D, BLOCK, NUM_BLOCKS, TILE = 2, 4, 2, 16, 4, 10, 8
+GROUP = H // H_KV
 SEQ_LENS = [5, 13]
 
 
@@ -28,18 +30,19 @@ def tiny():
     return q, k, v, tables, torch.tensor(SEQ_LENS, dtype=torch.int32)
 
 
-def _keys(k, v, tables, b, n):
+def _keys(k, v, tables, b, n, kv_head):
     tok = np.arange(n)
     pages = tables[b].numpy()[tok // BLOCK]
-    return k.numpy()[pages, tok % BLOCK, 0].astype(np.float64), v.numpy()[pages, tok % BLOCK, 0].astype(np.float64)
+    return (k.numpy()[pages, tok % BLOCK, kv_head].astype(np.float64),
+            v.numpy()[pages, tok % BLOCK, kv_head].astype(np.float64))
 
 
 def _reference(q, k, v, tables):
     """Dense float64 attention per (sequence, head), via lab 04's reference summaries."""
     out = np.zeros((B, H, D))
     for b, n in enumerate(SEQ_LENS):
-        K, V = _keys(k, v, tables, b, n)
         for h in range(H):
+            K, V = _keys(k, v, tables, b, n, h // GROUP)
             out[b, h] = LAB04.merge_partials([LAB04.attend_partial(q[b, h].double().numpy(), K, V)])
     return out
 
@@ -55,14 +58,15 @@ def test_split_kernel_writes_unnormalised_summaries(tiny, partials_s3):
     q, k, v, tables, _ = tiny
     part_m, part_l, part_acc = (t.double().numpy() for t in partials_s3)
     for b, n in enumerate(SEQ_LENS):
-        K, V = _keys(k, v, tables, b, n)
         for s, (lo, hi) in enumerate(lab.split_bounds(n, 3)):
             for h in range(H):
+                K, V = _keys(k, v, tables, b, n, h // GROUP)
                 want = LAB04.attend_partial(q[b, h].double().numpy(), K[lo:hi], V[lo:hi])
-                where = f"sequence {b} (len {n}), head {h}, split {s} = tokens [{lo}, {hi})"
+                where = f"sequence {b} (len {n}), query head {h} (KV head {h // GROUP}), split {s} = tokens [{lo}, {hi})"
                 assert abs(part_m[b, h, s] - want.m) < 1e-5, (
                     f"{where}: m should be the max scaled score {want.m:.5f}, got {part_m[b, h, s]:.5f}. "
-                    f"Scale q·k by 1/sqrt(D) and mask tokens >= the split's end with -inf"
+                    f"Scale q·k by 1/sqrt(D), mask tokens >= the split's end with -inf, and read KV head "
+                    f"h // GROUP (consecutive query heads share a KV head)"
                 )
                 assert abs(part_l[b, h, s] - want.denom) < 1e-4 * max(1.0, want.denom), (
                     f"{where}: l should be sum(exp(s - m)) = {want.denom:.5f}, got {part_l[b, h, s]:.5f}"

@@ -22,20 +22,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, f
 
 from course.harness import load_lab
 
-# Datasheet peaks: HBM bandwidth (TB/s) and dense FP16/BF16 tensor-core TFLOP/s.
-PEAKS = {
-    "H100 SXM": {"hbm_tb_s": 3.35, "peak_tflops": 989.0},  # NVIDIA H100 datasheet (SXM5)
-    "H100 PCIe": {"hbm_tb_s": 2.0, "peak_tflops": 756.0},  # NVIDIA H100 datasheet (PCIe)
-    "H200": {"hbm_tb_s": 4.8, "peak_tflops": 989.0},  # NVIDIA H200 datasheet (SXM)
-    "A100": {"hbm_tb_s": 2.039, "peak_tflops": 312.0},  # NVIDIA A100 80GB SXM datasheet
-    "L4": {"hbm_tb_s": 0.3, "peak_tflops": 121.0},  # NVIDIA L4 datasheet
-}
+# Datasheet peaks: HBM bandwidth (TB/s) and dense FP16/BF16 tensor-core TFLOP/s, matched by
+# substring of torch.cuda.get_device_name(). First match wins, so specific names come first
+# ("NVIDIA L40S" contains "L4", "NVIDIA GH200" contains "H200").
+PEAKS = [
+    ("H100 PCIe", {"hbm_tb_s": 2.0, "peak_tflops": 756.0}),      # NVIDIA H100 datasheet (PCIe)
+    ("H100 NVL", {"hbm_tb_s": 3.9, "peak_tflops": 835.0}),       # NVIDIA H100 datasheet (NVL)
+    ("H100", {"hbm_tb_s": 3.35, "peak_tflops": 989.0}),          # NVIDIA H100 datasheet (SXM5)
+    ("GH200", {"hbm_tb_s": 4.0, "peak_tflops": 989.0}),          # NVIDIA GH200 datasheet (96GB HBM3)
+    ("H200", {"hbm_tb_s": 4.8, "peak_tflops": 989.0}),           # NVIDIA H200 datasheet (SXM)
+    ("A100-SXM4-80GB", {"hbm_tb_s": 2.039, "peak_tflops": 312.0}),  # NVIDIA A100 datasheet (80GB SXM)
+    ("A100 80GB PCIe", {"hbm_tb_s": 1.935, "peak_tflops": 312.0}),  # NVIDIA A100 datasheet (80GB PCIe)
+    ("A100", {"hbm_tb_s": 1.555, "peak_tflops": 312.0}),         # NVIDIA A100 datasheet (40GB)
+    ("L40S", {"hbm_tb_s": 0.864, "peak_tflops": 362.0}),         # NVIDIA L40S datasheet
+    ("L40", {"hbm_tb_s": 0.864, "peak_tflops": 181.0}),          # NVIDIA L40 datasheet
+    ("L4", {"hbm_tb_s": 0.3, "peak_tflops": 121.0}),             # NVIDIA L4 datasheet
+]
 
 
 def peak_for(name: str) -> tuple[str, dict] | None:
-    if "H100" in name:
-        return ("H100 PCIe", PEAKS["H100 PCIe"]) if "PCIe" in name else ("H100 SXM", PEAKS["H100 SXM"])
-    for key, peak in PEAKS.items():
+    for key, peak in PEAKS:
         if key in name:
             return key, peak
     return None
@@ -112,6 +118,9 @@ def main() -> None:
 
     n_dispatch = lab.kernels_per_step(cfg)[2]
     print(f"kernels per step: {n_cuda} (CUDA profiler), {n_dispatch} (aten ops counted on CPU)")
+    if not n_cuda:  # the profiler saw no GPU activity (e.g. CUPTI unavailable): fall back to the CPU count
+        print("  the CUDA profiler recorded no kernels here; using the CPU count for the model")
+        n_cuda = n_dispatch
     print(f"\nmeasured, and lab-02's model fitted at batch {min(measured)} (launch cost = eager / kernels)")
     print(f"{'batch':>5} {'eager_us':>9} {'graph_us':>9} {'speedup':>8} {'model_eager':>12} {'model_x':>8}")
     for r in lab.compare_with_model(n_cuda, measured):

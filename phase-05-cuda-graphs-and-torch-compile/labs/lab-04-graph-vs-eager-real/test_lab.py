@@ -43,6 +43,7 @@ def test_launch_count_is_flat_in_batch():
 def test_graphed_step_copies_into_static_input(tiny):
     step = tiny[-1]
     first, second = lab.make_tokens(lab.TINY, 8, seed=3), lab.make_tokens(lab.TINY, 8, seed=4)
+    first_before = first.clone()
     g = lab.GraphedStep(step, first, warmup=1, backend=lab.eager_replay_backend)
     buf, out_buf = g.static_input, g.static_output
     with torch.no_grad():
@@ -53,7 +54,10 @@ def test_graphed_step_copies_into_static_input(tiny):
         "copy the new tokens INTO the captured static_input (static_input.copy_(x)); never rebind it"
     )
     assert out is out_buf, "a replay returns the graph's static output tensor (the same object every time)"
-    assert not torch.equal(first, second), "fixture check: the two token batches differ"
+    assert torch.equal(first, first_before), (
+        "the example tensor passed to GraphedStep changed after a replay: clone it into self.static_input; "
+        "capturing the caller's own tensor lets every copy_ overwrite the caller's data"
+    )
 
 
 def test_graphed_step_rejects_other_shapes(tiny):

@@ -26,8 +26,8 @@ def default_capture_sizes(max_size: int) -> list[int]:
     ``[1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]``.
     """
     raise NotImplementedError(
-        "start from [s for s in (1, 2, 4) if s <= max_size], add range(8, min(max_size + 1, 256), 8) "
-        "and range(256, max_size + 1, 16), return sorted(set(...))"
+        "three pieces: the rungs 1, 2, 4 that fit, then stride 8 from 8 while below 256, then stride 16 from 256 "
+        "up to max_size; range() with a step builds each stride (validate max_size first)"
     )
 
 

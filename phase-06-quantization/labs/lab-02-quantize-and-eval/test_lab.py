@@ -1,0 +1,106 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+EXPECTED_BYTES = {
+    "fp16": 1_048_576,       # 524,288 weights x 2 B
+    "int8": 529_408,         # 524,288 x 1 B + (1,024 + 256) fp32 scales x 4 B
+    "fp8-w8a16": 524_296,    # 524,288 x 1 B + 2 per-tensor fp32 scales
+    "fp8": 524_296,
+    "int4-g32": 294_912,     # 262,144 B of nibbles + (1,024 x 8 + 256 x 32) fp16 scales x 2 B
+    "int4-g128": 270_336,    # 262,144 B of nibbles + (1,024 x 2 + 256 x 8) fp16 scales x 2 B
+}
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model, x = lab.build_model(), lab.sample_inputs()
+    try:
+        quantized = {fmt: lab.quantize_model(model, fmt) for fmt in lab.FORMATS}
+    except NotImplementedError as exc:
+        pytest.fail(f"quantize_model is not written yet: {exc}")
+    return model, x, quantized
+
+
+def test_registry_returns_a_method_per_format():
+    for fmt in lab.FORMATS:
+        m = lab.get_quant_method(fmt)
+        assert isinstance(m, lab.LinearMethod), f"get_quant_method({fmt!r}) must return a LinearMethod, got {type(m).__name__}"
+    assert isinstance(lab.get_quant_method("fp16"), lab.UnquantizedMethod), "'fp16' is the UnquantizedMethod baseline"
+    assert lab.get_quant_method("int4-g32").group_size == 32, "'int4-g32' means group_size 32: parse the number after 'g'"
+    assert lab.get_quant_method("fp8").quantize_activations is True, "'fp8' is W8A8: activations are quantized too"
+    assert lab.get_quant_method("fp8-w8a16").quantize_activations is False, "'fp8-w8a16' leaves activations in float"
+    with pytest.raises(ValueError, match="int8"):
+        lab.get_quant_method("int3")      # unknown: the message should list the known formats
+
+
+def test_quantize_model_swaps_every_linear_and_leaves_the_original(setup):
+    model, _, quantized = setup
+    q = quantized["int8"]
+    swapped = [m for m in q.modules() if isinstance(m, lab.QuantLinear)]
+    assert len(swapped) == 2, f"both nn.Linear layers must become QuantLinear, found {len(swapped)}"
+    assert not any(isinstance(m, nn.Linear) for m in q.modules()), "no plain nn.Linear may remain in the quantized copy"
+    assert isinstance(q[1], nn.GELU), "only the linears change: the GELU (the model code) stays as it was"
+    assert all(isinstance(model[i], nn.Linear) for i in (0, 2)), (
+        "quantize_model must not modify the model it was given: copy.deepcopy it first"
+    )
+    assert q[0].quant_method is not q[2].quant_method, "each layer gets its own method object from get_quant_method"
+
+
+def test_weight_bytes_per_format(setup):
+    _, _, quantized = setup
+    for fmt, want in EXPECTED_BYTES.items():
+        got = lab.weight_bytes(quantized[fmt])
+        assert got == want, f"{fmt}: expected {want:,} stored bytes, got {got:,}"
+    layer = quantized["int4-g128"][0]
+    assert layer.qweight.dtype == torch.uint8 and tuple(layer.qweight.shape) == (1024, 128), (
+        f"int4: two nibbles per byte, so the (1024, 256) weight is stored as uint8 (1024, 128), got "
+        f"{layer.qweight.dtype} {tuple(layer.qweight.shape)}"
+    )
+    assert layer.scales.dtype == torch.float16, "int4 group scales are fp16"
+    assert quantized["fp8"][0].weight.dtype == torch.float8_e4m3fn, "fp8 weights are stored as torch.float8_e4m3fn"
+    assert quantized["int8"][2].qweight.dtype == torch.int8, "int8 weights are stored as torch.int8"
+    assert tuple(quantized["int8"][2].weight_scale.shape) == (256,), "int8 W8A16: one scale per OUTPUT channel"
+
+
+def test_output_error_ordering(setup):
+    model, x, quantized = setup
+    err = {fmt: lab.output_error(model, quantized[fmt], x) for fmt in lab.FORMATS}
+    order = ["fp16", "int8", "fp8-w8a16", "fp8", "int4-g32", "int4-g128"]
+    for a, b in itertools.pairwise(order):
+        assert err[a] < err[b], f"expected error({a}) < error({b}), got {err[a]:.3%} vs {err[b]:.3%} (all: {err})"
+    assert err["fp16"] < 0.001, f"16-bit weights should be within 0.1% of fp32, got {err['fp16']:.3%}"
+    assert err["int8"] < 0.02, f"int8 per-channel weights should be within 2%, got {err['int8']:.3%}"
+    assert err["int4-g128"] < 0.25, f"round-to-nearest int4 g128 should stay under 25%, got {err['int4-g128']:.3%}"
+
+
+def test_quantize_fp8_maps_the_max_to_448():
+    t = torch.tensor([[0.5, -3.0, 1.0], [0.01, 0.02, -0.04]])
+    t8, s = lab.quantize_fp8(t)
+    assert t8.dtype == torch.float8_e4m3fn, f"quantize_fp8 must return a float8_e4m3fn tensor, got {t8.dtype}"
+    assert float(t8.float().abs().max()) == 448.0, "the largest |value| must land on e4m3's largest finite value, 448"
+    assert torch.isclose(s.reshape(()), torch.tensor(3.0 / 448)), f"per-tensor scale = max|t| / 448, got {s}"
+    t8r, sr = lab.quantize_fp8(t, dim=-1)
+    assert tuple(sr.shape) == (2, 1), f"dim=-1 gives one scale per row with keepdim, shape (2, 1), got {tuple(sr.shape)}"
+    assert torch.allclose(t8r.float().abs().amax(dim=1), torch.tensor([448.0, 448.0])), "each row's max maps to 448"
+
+
+def test_fp8_scales_activations_per_token():
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(64, 128, generator=g) / 128**0.5
+    x = torch.randn(2, 128, generator=g)
+    x[0] *= 1e5                                    # one very loud token next to a normal one
+    layer = lab.QuantLinear(w, lab.get_quant_method("fp8"))
+    y, ref = layer(x), x @ w.T
+    quiet = float((y[1] - ref[1]).norm() / ref[1].norm())
+    assert quiet < 0.1, (
+        f"the quiet token's output is {quiet:.1%} off: with ONE scale for the whole activation tensor the loud "
+        f"token pushes it below e4m3's smallest values. Quantize x with one scale per token (dim=-1), as vLLM's "
+        f"dynamic fp8 scheme does"
+    )

@@ -1,0 +1,98 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import numpy as np
+import pytest
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def _banded(seed, out=64, inp=1024, band=16):
+    rng = np.random.default_rng(seed)
+    gains = np.exp(rng.uniform(-2.0, 2.0, size=inp // band))
+    return (rng.standard_normal((out, inp)) * np.repeat(gains, band)[None, :]).astype(np.float32)
+
+
+def test_pack_unpack_roundtrip_is_exact():
+    rng = np.random.default_rng(0)
+    q = rng.integers(-8, 8, size=(16, 64)).astype(np.int8)
+    packed = lab.pack_int4(q)
+    assert packed.dtype == np.uint8, f"packed nibbles are stored as uint8, got {packed.dtype}"
+    assert packed.shape == (16, 32), f"two int4 per byte: (16, 64) packs to (16, 32), got {packed.shape}"
+    back = lab.unpack_int4(packed)
+    assert back.shape == (16, 64), f"unpack must restore (16, 64), got {back.shape}"
+    assert np.array_equal(back, q), (
+        "pack -> unpack must be lossless: offset by +8 before packing and subtract 8 after unpacking, "
+        "and put the halves back at the same (even, odd) positions"
+    )
+
+
+def test_nibble_order_is_low_then_high():
+    q = np.array([[1, -2, 7, -7]], dtype=np.int8)
+    packed = lab.pack_int4(q)
+    assert packed.tolist() == [[0x69, 0x1F]], (
+        f"[1, -2] -> offsets [9, 6] -> byte 9 | 6 << 4 = 0x69; [7, -7] -> [15, 1] -> 0x1F. Got "
+        f"{[hex(b) for b in packed[0]]}: the EVEN index goes in the LOW nibble (a swapped order is the classic "
+        f"cause of garbage output from a correct-looking checkpoint)"
+    )
+    with pytest.raises(ValueError):
+        lab.pack_int4(np.array([[1, 2, 3]], dtype=np.int8))      # odd length cannot be paired
+
+
+def test_grouped_roundtrip_error_bounded():
+    W = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
+    q, s = lab.quantize_grouped(W, 32)
+    assert q.shape == W.shape and q.dtype == np.int8, f"q must be int8 of W's shape, got {q.dtype} {q.shape}"
+    assert np.abs(q).max() == 7, f"symmetric int4 uses -7..7 and each group's max hits +/-7, got max |q| = {np.abs(q).max()}"
+    assert s.shape == (64, 8), f"256 inputs / group 32 = 8 scales per row: expected (64, 8), got {s.shape}"
+    assert s.dtype == np.float16, f"scales are stored as float16 (2 bytes each), got {s.dtype}"
+    steps = np.abs(lab.dequantize_grouped(q, s, 32) - W) / np.repeat(s.astype(np.float32), 32, axis=1)
+    assert steps.max() <= 0.5 + 1e-3, (
+        f"no weight may move more than half a grid step (scale / 2), got {steps.max():.3f} steps: the scale must be "
+        f"max|group| / 7 so the group's largest weight lands exactly on +/-7 instead of being clipped"
+    )
+    err = _rel(lab.dequantize_grouped(q, s, 32), W)
+    assert err < 0.15, f"group-32 int4 should lose < 15% on Gaussian weights, got {err:.2%}"
+    with pytest.raises(ValueError):
+        lab.quantize_grouped(W, 48)                                 # 48 does not divide 256
+
+
+def test_smaller_groups_capture_local_magnitude():
+    W = _banded(2)
+    e = {}
+    for g in (16, 256):
+        q, s = lab.quantize_grouped(W, g)
+        e[g] = _rel(lab.dequantize_grouped(q, s, g), W)
+    assert e[16] < 0.6 * e[256], (
+        f"the magnitude changes every 16 columns: group 16 gives each band its own scale, group 256 lets the "
+        f"loudest band set the scale for 16 bands. Expected error(16) well below error(256), got "
+        f"{e[16]:.2%} vs {e[256]:.2%}"
+    )
+
+
+def test_memory_about_8x_smaller_than_fp32():
+    W = np.random.default_rng(3).standard_normal((256, 1024)).astype(np.float32)
+    q, s = lab.quantize_grouped(W, 128)
+    nbytes = lab.memory_bytes_grouped(lab.pack_int4(q), s)
+    assert nbytes == 256 * 1024 // 2 + 256 * 8 * 2, (
+        f"0.5 byte per weight (131,072 B) + 2,048 fp16 scales (4,096 B) = 135,168 B, got {nbytes}"
+    )
+    ratio = W.nbytes / nbytes
+    assert ratio > 7, f"W4A16 g128 stores 0.515625 B/weight: 4 / 0.515625 = 7.76x smaller than fp32, got {ratio:.2f}x"
+
+
+def test_group_scale_overhead_is_the_tradeoff():
+    W = np.random.default_rng(4).standard_normal((32, 1024)).astype(np.float32)
+    _, s16 = lab.quantize_grouped(W, 16)
+    _, s128 = lab.quantize_grouped(W, 128)
+    assert s16.size == 8 * s128.size, f"group 16 stores exactly 8x the scales of group 128, got {s16.size} vs {s128.size}"
+    o128, o16 = lab.scale_overhead(128), lab.scale_overhead(16)
+    assert o128 == 0.03125, (
+        f"group 128, fp16 scales: 16 / 128 = 0.125 bit per weight on a 4-bit payload = 3.125%, got {o128:.4%} "
+        f"(1.5625% would be the overhead on an 8-bit payload)"
+    )
+    assert o16 == 0.25, f"group 16: 16 / 16 = 1 bit per weight on 4 bits = 25%, got {o16:.4%} (8x group 128's 3.125%)"
+    assert lab.scale_overhead(128, weight_bits=8) == 0.015625, "the same scales on int8 weights cost 0.125 / 8 = 1.5625%"

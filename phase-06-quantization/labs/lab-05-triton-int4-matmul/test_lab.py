@@ -1,0 +1,127 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+# lab-03's numpy reference: quantize_grouped, pack_int4, unpack_int4, dequantize_grouped
+LAB03 = load_lab(Path(__file__).resolve().parent.parent / "lab-03-int4-groups-and-packing" / "test_lab.py",
+                 impl="solution")
+
+H100 = (3.35e12, 989e12)   # H100 SXM: HBM3 bytes/s, dense fp16 FLOP/s (NVIDIA H100 datasheet)
+
+
+def _quantized(n, k, group, seed):
+    """A seeded W quantized and packed by lab-03, with its dequantized float64 twin."""
+    W = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
+    q, s = LAB03.quantize_grouped(W, group)
+    packed = LAB03.pack_int4(q)
+    w_ref = LAB03.dequantize_grouped(LAB03.unpack_int4(packed), s, group).astype(np.float64)
+    return torch.from_numpy(packed), torch.from_numpy(s), w_ref
+
+
+def _x(m, k, seed):
+    return torch.from_numpy(np.random.default_rng(seed).standard_normal((m, k)).astype(np.float32))
+
+
+# --- interpreter-sized kernel tests (TRITON_INTERPRET=1 on CPU) ------------------------------
+
+@pytest.mark.triton
+def test_kernel_matches_lab03_dequant_reference():
+    packed, scales, w_ref = _quantized(32, 64, 32, seed=0)
+    x = _x(3, 64, seed=1)
+    y = lab.int4_matmul(x, packed, scales, group_size=32, block_n=16, block_k=32)
+    assert tuple(y.shape) == (3, 32), f"y = x @ W.T is (M, N) = (3, 32), got {tuple(y.shape)}"
+    want = x.double().numpy() @ w_ref.T
+    err = np.abs(y.double().numpy() - want).max()
+    assert err < 1e-4, (
+        f"kernel output differs from x @ dequantize_grouped(unpack_int4(packed), scales).T by {err:.2e}. "
+        f"Low nibble = even k, high nibble = odd k, both minus 8; multiply the partial dot by scales[n, k0 // GROUP]"
+    )
+
+
+@pytest.mark.triton
+def test_each_group_uses_its_own_scale():
+    packed, scales, _ = _quantized(16, 128, 32, seed=2)
+    scales = torch.tensor([1.0, 10.0, 100.0, 1000.0], dtype=torch.float16).repeat(16, 1)   # wildly different groups
+    q = LAB03.unpack_int4(packed.numpy()).astype(np.float64)
+    w_ref = LAB03.dequantize_grouped(q, scales.numpy(), 32)
+    x = _x(2, 128, seed=3)
+    y = lab.int4_matmul(x, packed, scales, group_size=32, block_n=16, block_k=32).double().numpy()
+    want = x.double().numpy() @ w_ref.T
+    rel = np.abs(y - want).max() / np.abs(want).max()
+    assert rel < 1e-5, (
+        f"with group scales 1, 10, 100, 1000 the output is {rel:.1e} off (relative): each K step of BLOCK_K columns "
+        f"must load scales[n, k0 // GROUP], the group that step lies in"
+    )
+
+
+@pytest.mark.triton
+def test_nibble_order_matches_lab03():
+    packed, scales, w_ref = _quantized(16, 64, 64, seed=4)
+    eye = torch.eye(64, dtype=torch.float32)[:17]          # x = e_0 ... e_16: y[i] is column i of W
+    y = lab.int4_matmul(eye, packed, scales, group_size=64, block_n=16, block_k=32).double().numpy()
+    assert np.allclose(y, w_ref[:, :17].T, atol=1e-6), (
+        "feeding one-hot rows of x reads W column by column, and the columns come out in the wrong places: "
+        "byte j holds k = 2j in its LOW nibble and k = 2j + 1 in its HIGH nibble (lab-03's order)"
+    )
+
+
+@pytest.mark.triton
+def test_ragged_m_and_n_are_masked():
+    packed, scales, w_ref = _quantized(24, 64, 32, seed=5)   # N = 24: the second tile of 16 is half empty
+    for m in (1, 17):                                         # 17 rows: a second, nearly empty tile of 16
+        x = _x(m, 64, seed=6 + m)
+        y = lab.int4_matmul(x, packed, scales, group_size=32, block_n=16, block_k=32)
+        assert tuple(y.shape) == (m, 24), f"M={m}: expected ({m}, 24), got {tuple(y.shape)}"
+        err = np.abs(y.double().numpy() - x.double().numpy() @ w_ref.T).max()
+        assert err < 1e-4, f"M={m}, N=24: error {err:.2e}; mask loads and stores with offs_m < M and offs_n < N"
+
+
+# --- the byte model (no kernel) ---------------------------------------------------------------
+
+def test_weight_bytes_model():
+    assert lab.weight_bytes(4096, 4096, "fp16") == 33_554_432, "fp16: 2 bytes x 4096 x 4096"
+    i4 = lab.weight_bytes(4096, 4096, "int4", group_size=128)
+    assert i4 == 8_650_752, (
+        f"int4 g128: 4096 x 4096 / 2 = 8,388,608 B of nibbles + 4096 x 32 fp16 scales x 2 B = 262,144 B "
+        f"-> 8,650,752 B, got {i4}"
+    )
+    ratio = lab.weight_bytes(4096, 4096, "fp16") / i4
+    assert math.isclose(ratio, 2 / (0.5 + 2 / 128), rel_tol=1e-12), f"fp16 / int4 weight bytes = 3.879, got {ratio:.4f}"
+    assert lab.matmul_bytes(1, 4096, 4096, "int4") == i4 + 2 * 4096 + 2 * 4096, "x (1, 4096) and y (1, 4096) in fp16 add 16 KiB"
+
+
+def test_predicted_speedup_is_the_byte_ratio_at_decode():
+    s1 = lab.predicted_speedup(1, 4096, 4096, *H100)
+    assert 3.8 < s1 < 3.879, f"at M=1 both kernels are bandwidth-bound: speedup ~ the byte ratio 3.87, got {s1:.3f}"
+    s256 = lab.predicted_speedup(256, 4096, 4096, *H100)
+    assert 1.0 < s256 < 1.5, (
+        f"at M=256 the int4 kernel hits the compute roof (same FLOPs as fp16): speedup collapses to ~1.3, got {s256:.2f}. "
+        f"predicted_time must be max(bytes / bandwidth, 2*M*N*K / peak_flops)"
+    )
+    t = lab.predicted_time(1, 4096, 4096, "fp16", *H100)
+    assert math.isclose(t, (33_554_432 + 16_384) / 3.35e12), f"fp16 M=1: (weight + x + y bytes) / 3.35 TB/s, got {t}"
+
+
+# --- full shapes on a CUDA GPU ----------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.triton
+@pytest.mark.parametrize("m", [1, 16, 64])
+def test_full_shape_fp16_matches_torch_gpu(m):
+    n, k, group = 4096, 4096, 128
+    packed, scales = lab.random_int4_weight(n, k, group, seed=0, device="cuda")
+    q = LAB03.unpack_int4(packed.cpu().numpy()).astype(np.float32)
+    w = torch.from_numpy(LAB03.dequantize_grouped(q, scales.cpu().numpy(), group)).to("cuda", torch.float16)
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=torch.Generator("cuda").manual_seed(1))
+    y = lab.int4_matmul(x, packed, scales, group)
+    ref = x @ w.T
+    rel = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
+    assert rel < 2e-3, f"M={m}, 4096 x 4096 g128 in fp16: relative error {rel:.1e} vs torch.matmul on the dequantized W"

@@ -35,6 +35,20 @@ def test_both_produce_identical_tokens():
         )
 
 
+def test_every_token_is_predicted_from_the_full_context():
+    # Agreement between the two generators is not enough: both could make the same mistake.
+    # Check each generated token against next_token() of everything before it.
+    for fn in (lab.generate_no_cache, lab.generate_with_cache):
+        toks, _ = fn(PROMPT, 6)
+        for k in range(len(PROMPT), len(toks)):
+            want = lab.next_token(toks[:k])
+            assert toks[k] == want, (
+                f"{fn.__name__}: token at position {k} should be next_token(all {k} tokens before it) = {want}, "
+                f"got {toks[k]}. The model sees the WHOLE sequence every step; the cache only saves "
+                f"recomputing K/V, it never shortens what next_token is given"
+            )
+
+
 def test_no_cache_is_quadratic():
     _, work = lab.generate_no_cache(PROMPT, 10)
     assert work == 95, (

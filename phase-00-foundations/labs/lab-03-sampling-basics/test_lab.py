@@ -46,6 +46,11 @@ def test_greedy_is_argmax_and_ignores_every_other_knob(monkeypatch):
                 assert isinstance(tok, int), f"sample must return a plain Python int, got {type(tok).__name__}"
     tie = lab.sample(np.array([0.0, 5.0, 5.0, 1.0]), temperature=0.0)
     assert tie == 1, f"on a tie, greedy picks the lowest index (np.argmax does), got {tie}"
+    tiny = lab.sample(LOGITS, temperature=1e-6, top_p=0.5, seed=3)
+    assert tiny == 2, (
+        f"temperature 1e-6 is below SAMPLING_EPS (1e-5), so it is greedy too: argmax = 2, got {tiny}. "
+        f"Test `temperature < SAMPLING_EPS`, not `temperature == 0` (dividing by 1e-6 is not a sampler)"
+    )
 
 
 def test_top_k_keeps_exactly_k():

@@ -35,6 +35,17 @@ def test_prediction_counts_whole_blocks_only():
     assert got == [0, 128], f"a 130-token shared prefix hits at most 8 blocks = 128 tokens at block size 16, got {got}"
 
 
+def test_prediction_hits_blocks_of_any_earlier_request():
+    a = list(range(2000, 2040))  # 40 tokens: 2 full blocks
+    b = list(range(3000, 3040))  # 40 other tokens: 2 other full blocks
+    prompts = [a, b, b[:32] + [7, 8, 9]]  # the third shares b's first 2 blocks, not a's
+    got = lab.predict_prefix_hits(prompts, BS)
+    assert got == [0, 0, 32], (
+        f"the third prompt repeats the second one's first 32 tokens, so it hits those 2 blocks (32 tokens): "
+        f"every admitted request registers its full blocks, not only the first one; expected [0, 0, 32], got {got}"
+    )
+
+
 def test_prediction_never_covers_the_last_token():
     same = [list(range(500, 564))] * 3  # three identical 64-token prompts = 4 full blocks
     got = lab.predict_prefix_hits(same, BS)

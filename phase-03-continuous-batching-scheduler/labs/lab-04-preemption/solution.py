@@ -98,7 +98,7 @@ def main() -> None:
     cramped = trace(PROMPTS, **CRAMPED, max_tokens=fit)
     roomy = trace(PROMPTS, **ROOMY, max_tokens=fit)
     print(f"\nmax_tokens={fit}, cramped pool, step by step:")
-    for i, (sched, pre) in enumerate(zip(cramped.scheduled, cramped.preempted)):
+    for i, (sched, pre) in enumerate(zip(cramped.scheduled, cramped.preempted), 1):
         note = f"   preempted {sorted(pre)}" if pre else ""
         print(f"  step {i:>2}: {sched}{note}")
     total_c = sum(sum(s.values()) for s in cramped.scheduled)

@@ -68,6 +68,20 @@ def test_finishes_at_length_cap():
     )
 
 
+def test_ignore_eos_keeps_the_length_cap():
+    # "Say 6" is a prompt whose greedy first token, in the toy model, is EOS (256). With
+    # ignore_eos=True that EOS is an ordinary token and the trace still runs to max_tokens.
+    events = lab.trace_request("Say 6", max_tokens=3)
+    assert len(events) == 3 and events[-1].status == "FINISHED_LENGTH_CAPPED", (
+        f"for 'Say 6' the toy model's greedy first token is EOS (256); trace_request must pass "
+        f"ignore_eos=True (and temperature=0.0) to SamplingParams so the request still ends by the "
+        f"max_tokens=3 cap, after 3 steps. Got:\n{_fmt(events)}"
+    )
+    assert (events[-1].num_computed_tokens, events[-1].num_tokens) == (7, 8), (
+        f"5 prompt + 3 output tokens = 8, of which 7 are computed; got {tuple(events[-1])}"
+    )
+
+
 def test_total_decode_steps_equals_max_tokens():
     # The name is the spec's: the engine loop runs max_tokens times in all. The first token comes
     # out of the prefill step, so only max_tokens - 1 of those steps are decode steps.

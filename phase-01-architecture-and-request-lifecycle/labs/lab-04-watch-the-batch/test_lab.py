@@ -108,3 +108,22 @@ def test_render_handles_a_one_shot_prefill():
         f"a prompt prefilled in one step is 'P3*' (it samples), then 'D', then '.', got {cells}"
     )
     assert [line.split()[-1] for line in lines[1:]] == ["3", "1", "0"], "the last column is the step's total"
+
+
+def test_render_one_token_prefill_is_not_a_decode():
+    # Prefill vs decode is decided by the prompt, not by the chunk size: a 1-token chunk of a prompt
+    # is still prefill. A 1-token prompt ("x") is prefilled in one 1-token step, and a budget can
+    # leave a 1-token tail of a longer prompt.
+    ids, steps = lab.trace_batches(["x", "hello"], max_tokens=2)
+    lines = lab.render_batches(ids, steps, [1, 5])
+    cells = [line.split()[1:3] for line in lines[1:]]
+    assert cells == [["P1*", "P5*"], ["D", "D"]], (
+        f"the 1-token prompt 'x' is prefilled (and samples) in step 1, so its cell is 'P1*', not 'D': a "
+        f"request is prefilling while the tokens scheduled for it so far are below its prompt length, "
+        f"whatever the chunk size. Got {cells}"
+    )
+    tail = lab.render_batches(["a"], [{"a": 4}, {"a": 1}, {"a": 1}], [5])
+    assert [line.split()[1] for line in tail[1:]] == ["P4", "P1*", "D"], (
+        f"a 5-token prompt split 4 + 1 is 'P4' then 'P1*' (the 1-token chunk completes the prompt), then 'D', "
+        f"got {[line.split()[1] for line in tail[1:]]}"
+    )

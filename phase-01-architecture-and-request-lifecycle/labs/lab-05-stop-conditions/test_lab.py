@@ -76,6 +76,28 @@ def test_unfinished_request_has_no_reason():
     )
 
 
+def test_max_model_len_caps_prompt_plus_output():
+    # A 3-token prompt in a model that holds 6 positions: the context is full after 3 outputs,
+    # long before max_tokens=10.
+    r = Request("ctx", [1, 2, 3], SamplingParams(max_tokens=10), eos_token_id=EOS)
+    r.status = RequestStatus.RUNNING
+    stopped_at = None
+    for i, tok in enumerate([10, 11, 12, 13, 14, 15], 1):
+        r.append_output_token_ids(tok)
+        if lab.check_stop(r, max_model_len=6):
+            stopped_at = i
+            break
+    assert stopped_at == 3, (
+        f"max_model_len=6 caps prompt + output: 3 prompt + 3 output tokens = 6 = num_tokens, so "
+        f"check_stop(request, max_model_len=6) must fire on the 3rd output token; it fired at "
+        f"{stopped_at}. Compare request.num_tokens (not num_output_tokens) with max_model_len"
+    )
+    assert r.status == RequestStatus.FINISHED_LENGTH_CAPPED and lab.finish_reason(r) == "length", (
+        f"running out of context is a length cap: FINISHED_LENGTH_CAPPED / 'length', got "
+        f"{r.status.name} / {lab.finish_reason(r)!r}"
+    )
+
+
 def _engine_requests(prompt, params):
     engine = mini_vllm.LLMEngine()
     rid = engine.add_request(prompt, params)

@@ -1,0 +1,141 @@
+"""Benchmark the lab's Triton GEMM against torch.matmul (cuBLAS) at 4096^3 in bf16.
+
+On a CUDA machine:   python phase-07-gemm-and-moe-kernels/labs/lab-05-triton-tiled-gemm/bench.py
+                     (--impl starter benchmarks your starter.py; --shapes 4096,4096,4096 8192,8192,8192 ...)
+Anywhere, no GPU:    python phase-07-gemm-and-moe-kernels/labs/lab-05-triton-tiled-gemm/bench.py --predict
+                     prints the FLOPs, the time they take at the datasheet peak, and what the
+                     tile-traffic model says about HBM (a prediction, not a measurement).
+
+A GEMM of this size is compute-bound, so the figure of merit is achieved TFLOP/s = 2·M·N·K / time,
+reported as a fraction of the device's dense bf16 tensor-core peak, plus the ratio against
+torch.matmul on the same shape. The lab's target is a ratio of at least 0.80. The kernel is tried
+with every row of GPU_CONFIGS (a hand-rolled autotune) and the fastest config is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# Dense (no sparsity) bf16 tensor-core peak in FLOP/s, matched by substring of
+# torch.cuda.get_device_name(); first match wins, so specific names come first.
+PEAKS = [
+    ("H200", 989e12, "NVIDIA H200 Tensor Core GPU datasheet (1,979 TFLOP/s bf16 with sparsity)"),
+    ("H100 NVL", 835e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (1,671 with sparsity)"),
+    ("H100 PCIe", 756e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (1,513 with sparsity)"),
+    ("H100", 989e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (1,979 with sparsity)"),
+    ("A100", 312e12, "NVIDIA A100 Tensor Core GPU datasheet (624 with sparsity)"),
+    ("L40S", 362e12, "NVIDIA L40S datasheet (733 with sparsity)"),
+    ("L4", 121e12, "NVIDIA L4 Tensor Core GPU datasheet (242 with sparsity)"),
+    ("A10", 125e12, "NVIDIA A10 Tensor Core GPU datasheet (250 with sparsity)"),
+]
+PREDICT = ("H100 SXM", 989e12, 3.35e12, 132)   # name, peak FLOP/s, HBM B/s, SMs (NVIDIA H100 datasheet)
+TARGET = 0.80                                   # the lab's goal: >= 80 % of torch.matmul
+
+
+def peak_for(name: str) -> tuple[float, str] | None:
+    for key, peak, ref in PEAKS:
+        if key in name:
+            return peak, ref
+    return None
+
+
+def load_impl(impl: str):
+    sys.path.insert(0, str(HERE.parents[2]))
+    from course.harness import load_lab
+    return load_lab(HERE / "test_lab.py", impl=impl)
+
+
+def predict(lab, shapes) -> None:
+    name, peak, bw, sms = PREDICT
+    print(f"predicted for {name}: {peak / 1e12:.0f} TFLOP/s dense bf16, {bw / 1e12:.2f} TB/s HBM, {sms} SMs")
+    for M, N, K in shapes:
+        flops = lab.gemm_flops(M, N, K)
+        ideal = flops / peak
+        operands = 2 * (M * K + K * N + M * N)
+        print(f"{M}x{N}x{K} bf16: {flops / 1e9:.1f} GFLOP -> at least {ideal * 1e3:.3f} ms at peak;"
+              f" operands {operands / 1e6:.1f} MB ({flops / operands:.0f} FLOP/byte if each is read once)")
+        for bm, bn, *_ in lab.GPU_CONFIGS[:3]:
+            loads = M * K * math.ceil(N / bn) + K * N * math.ceil(M / bm)   # lab 03's tiled_traffic
+            tiles = math.ceil(M / bm) * math.ceil(N / bn)
+            ra = sum(lab.panels_in_wave(M, N, bm, bn, 1, sms))
+            gr = sum(lab.panels_in_wave(M, N, bm, bn, 8, sms))
+            print(f"  tile {bm}x{bn}: {tiles} programs = {tiles / sms:.1f} waves of {sms};"
+                  f" panels re-read from HBM if L2 kept nothing: {2 * loads / 1e9:.2f} GB = {2 * loads / bw * 1e3:.2f} ms;"
+                  f" panels per wave {ra} (row-major) vs {gr} (GROUP_M=8)")
+    print(f"target: Triton kernel time <= torch.matmul time / {TARGET:.2f} (>= {TARGET:.0%} of cuBLAS)")
+
+
+def measure(lab, shapes) -> int:
+    import torch
+    from triton.testing import do_bench
+
+    dev = torch.cuda.get_device_name()
+    found = peak_for(dev)
+    if found is None:
+        print(f"{dev}: not in the peak table; add it to PEAKS with its datasheet value")
+        return 2
+    peak, ref = found
+    print(f"device: {dev}; peak {peak / 1e12:.0f} TFLOP/s dense bf16 ({ref})")
+    print(f"{'shape':>16} {'torch ms':>9} {'TFLOP/s':>8} {'% peak':>7} | {'triton ms':>9} {'TFLOP/s':>8} {'% peak':>7}"
+          f" {'vs torch':>9}  best config (BM, BN, BK, GROUP_M, warps, stages)")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    status = 0
+    for M, N, K in shapes:
+        a = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
+        b = torch.randn(K, N, device="cuda", generator=g).to(torch.bfloat16)
+        ref_c = torch.matmul(a, b)
+        t_torch = do_bench(lambda: torch.matmul(a, b)) * 1e-3
+        best = None
+        for cfg in lab.GPU_CONFIGS:
+            try:
+                c = lab.matmul(a, b, *cfg)
+            except Exception as exc:  # a config can exceed shared memory on smaller GPUs
+                print(f"  config {cfg} failed: {type(exc).__name__}")
+                continue
+            err = ((c.float() - ref_c.float()).abs().max() / ref_c.float().abs().max()).item()
+            if err > 1e-2:
+                print(f"  config {cfg}: wrong result (max error {err:.2e} of the largest output); not timed")
+                continue
+            t = do_bench(lambda cfg=cfg: lab.matmul(a, b, *cfg)) * 1e-3
+            if best is None or t < best[0]:
+                best = (t, cfg)
+        flops = lab.gemm_flops(M, N, K)
+        shape = f"{M}x{N}x{K}"
+        if best is None:
+            print(f"{shape:>16}: no config produced a correct result")
+            status = 1
+            continue
+        t, cfg = best
+        print(f"{shape:>16} {t_torch * 1e3:9.3f} {flops / t_torch / 1e12:8.0f} {100 * flops / t_torch / peak:6.1f}% |"
+              f" {t * 1e3:9.3f} {flops / t / 1e12:8.0f} {100 * flops / t / peak:6.1f}% {t_torch / t:8.2f}x  {cfg}")
+        verdict = "meets" if t_torch / t >= TARGET else "is below"
+        print(f"{'':>16} the Triton kernel {verdict} the {TARGET:.0%}-of-torch.matmul target")
+    return status
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--predict", action="store_true", help="no GPU: FLOPs, ideal time, traffic model")
+    ap.add_argument("--impl", default=os.environ.get("LAB_IMPL", "solution"), choices=["solution", "starter"])
+    ap.add_argument("--shapes", nargs="+", default=["4096,4096,4096"], help="M,N,K triples")
+    args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes]
+    lab = load_impl(args.impl)
+    if args.predict:
+        predict(lab, shapes)
+        return 0
+    import torch
+    if not torch.cuda.is_available():
+        print("no CUDA device: run with --predict for the formula-based figures")
+        return 2
+    return measure(lab, shapes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _rand(*shape, seed=0, dtype=torch.float32, device="cpu"):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(*shape, generator=g, device=device).to(dtype)
+
+
+def test_grouped_order_visits_every_tile_once():
+    order = [lab.program_tile(p, 3, 4, 2) for p in range(12)]
+    want = [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 3), (2, 0), (2, 1), (2, 2), (2, 3)]
+    assert order == want, (
+        f"GROUP_M=2 on 3 x 4 tiles: programs go down a group of 2 tile rows, then one column right; the last group "
+        f"has 1 row. Expected {want}, got {order}"
+    )
+    assert [lab.program_tile(p, 3, 4, 1) for p in range(12)] == [(m, n) for m in range(3) for n in range(4)], (
+        "GROUP_M=1 must be plain row-major order"
+    )
+    for shape, gm in [((5, 7), 3), ((8, 8), 8), ((1, 9), 4), ((9, 1), 4)]:
+        tiles = [lab.program_tile(p, shape[0], shape[1], gm) for p in range(shape[0] * shape[1])]
+        assert sorted(tiles) == [(m, n) for m in range(shape[0]) for n in range(shape[1])], (
+            f"{shape[0]} x {shape[1]} tiles, GROUP_M={gm}: every tile must be computed by exactly one program"
+        )
+
+
+def test_grouping_shrinks_the_l2_working_set():
+    rm = sum(lab.panels_in_wave(4096, 4096, 128, 128, 1, 132))
+    gr = sum(lab.panels_in_wave(4096, 4096, 128, 128, 8, 132))
+    assert (rm, gr) == (37, 25), (
+        f"first wave of 132 programs over a 32 x 32 tile grid: row-major reads 5 A + 32 B = 37 panels, GROUP_M=8 "
+        f"reads 8 A + 17 B = 25; got {rm} and {gr}"
+    )
+
+
+@pytest.mark.triton
+def test_matches_torch_on_whole_tiles():
+    a, b = _rand(32, 32, seed=1), _rand(32, 32, seed=2)
+    c = lab.matmul(a, b)
+    err = (c - a @ b).abs().max().item()
+    assert err < 1e-4, (
+        f"32x32x32 with 16x16x16 tiles (4 programs, 2 K steps) differs from torch.matmul by {err:.2e}: "
+        f"accumulate tl.dot over every K step and advance both pointers by BLOCK_K each step"
+    )
+
+
+@pytest.mark.triton
+def test_ragged_edges_are_masked():
+    a, b = _rand(37, 19, seed=3), _rand(19, 23, seed=4)   # M=37, K=19, N=23: partial tiles in M, N and K
+    c = lab.matmul(a, b)
+    err = (c - a @ b).abs().max().item()
+    assert err < 1e-4, (
+        f"37x19 @ 19x23 differs from torch.matmul by {err:.2e}: mask the loads (rows < M, k < K left, cols < N, "
+        f"other=0) and the store (rows < M, cols < N); the last K step is partial"
+    )
+
+
+@pytest.mark.triton
+def test_transposed_weight_uses_strides():
+    x, w = _rand(16, 32, seed=5), _rand(24, 32, seed=6)   # a linear layer computes x @ W.T
+    c = lab.matmul(x, w.T)
+    err = (c - x @ w.T).abs().max().item()
+    assert err < 1e-4, (
+        f"x @ W.T with W.T a strided view (strides {w.T.stride()}) differs by {err:.2e}: address B with "
+        f"stride_bk and stride_bn, never assume it is contiguous"
+    )
+
+
+@pytest.mark.triton
+def test_group_size_does_not_change_the_result():
+    a, b = _rand(32, 16, seed=7), _rand(16, 48, seed=8)   # 2 x 3 tiles
+    c1, c3 = lab.matmul(a, b, group_m=1), lab.matmul(a, b, group_m=3)
+    assert torch.equal(c1, c3), "GROUP_M only reorders the programs: the result must be bit-identical"
+    assert (c1 - a @ b).abs().max().item() < 1e-4, "and both must equal torch.matmul"
+
+
+@pytest.mark.gpu
+@pytest.mark.triton
+def test_full_shape_bf16_matches_torch_gpu():
+    for (M, K, N) in [(4096, 4096, 4096), (4095, 1000, 4097)]:
+        a, b = _rand(M, K, seed=9, dtype=torch.bfloat16, device="cuda"), _rand(K, N, seed=10, dtype=torch.bfloat16, device="cuda")
+        ref = (a.float() @ b.float())
+        for cfg in lab.GPU_CONFIGS[:2]:
+            bm, bn, bk, gm, nw, ns = cfg
+            c = lab.matmul(a, b, bm, bn, bk, gm, nw, ns).float()
+            rel = ((c - ref).abs().max() / ref.abs().max()).item()
+            assert rel < 1e-2, f"{M}x{K}x{N} bf16 with config {cfg}: max error {rel:.2e} of the largest output (bf16 output, fp32 accumulation)"

@@ -1,0 +1,127 @@
+from course.harness import load_lab
+
+lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+LAB01 = load_lab(Path(__file__).resolve().parent.parent / "lab-01-moe-routing" / "test_lab.py", impl="solution")
+
+T, K, E, D, F = 8, 2, 4, 16, 32     # tiny interpreter shapes: 16 assignments, 4 experts, one 16-wide K step
+
+
+def _problem(seed=0, tokens=T):
+    w_gate, experts = LAB01.make_moe(num_experts=E, hidden=D, ffn=F, seed=seed)
+    x = np.random.default_rng(seed + 1).standard_normal((tokens, D))
+    ids, w = LAB01.route(x, w_gate, K)
+    return x, experts, ids, w
+
+
+def test_align_reproduces_vllms_docstring_example():
+    # The example in vLLM's moe_align_block_size docstring (expert ids 1..4, so 5 experts with expert 0 unused).
+    ids = torch.tensor([[2, 3, 4], [1, 2, 4], [1, 3, 4], [1, 2, 3]])
+    s, e, n = lab.moe_align(ids, 5, 4)
+    assert int(n) == 16, f"4 experts x 3 rows each, padded to blocks of 4 = 16 slots in use, got {int(n)}"
+    assert s[:16].tolist() == [3, 6, 9, 12, 0, 4, 10, 12, 1, 7, 11, 12, 2, 5, 8, 12], (
+        f"expert 1 owns flat ids 3, 6, 9 then one pad (12 = T·k), expert 2 owns 0, 4, 10, ...; got {s[:16].tolist()}"
+    )
+    assert e[:4].tolist() == [1, 2, 3, 4], f"one expert id per block of 4 slots; expert 0 has no rows and no block; got {e[:4].tolist()}"
+    assert s.numel() == 12 + 5 * 3 and (s[16:] == 12).all(), (
+        "the buffer is sized for the worst case, T·k + E·(block_m - 1) = 27 slots, and every unused slot holds the pad id 12"
+    )
+    assert (e[4:] == -1).all(), "blocks past the padded end carry expert id -1"
+
+
+def test_align_gives_every_block_one_expert():
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 8, (40, 2), generator=g)        # 80 assignments over 8 experts (repeats allowed)
+    bm = 4
+    s, e, n = lab.moe_align(ids, 8, bm)
+    flat = ids.reshape(-1)
+    counts = torch.bincount(flat, minlength=8)
+    want_n = int(((counts + bm - 1) // bm * bm).sum())
+    assert int(n) == want_n, f"num_tokens_post_padded = sum over experts of ceil(count / 4) x 4 = {want_n}, got {int(n)}"
+    used = s[: int(n)]
+    valid = used[used < flat.numel()]
+    assert sorted(valid.tolist()) == list(range(flat.numel())), "every flat id appears exactly once: nothing dropped or duplicated"
+    for b in range(int(n) // bm):
+        block = s[b * bm:(b + 1) * bm]
+        rows = block[block < flat.numel()].long()
+        assert len(rows) > 0, f"block {b} holds only padding: an expert with no rows must get no block"
+        assert (flat[rows] == e[b]).all(), f"block {b} mixes experts: every valid row in it must belong to expert_ids[{b}] = {int(e[b])}"
+        assert rows.tolist() == sorted(rows.tolist()), f"inside an expert's run the flat ids are increasing (a stable sort); block {b}"
+
+
+@pytest.mark.triton
+def test_grouped_kernel_matches_lab01_reference_in_two_launches(monkeypatch):
+    x, experts, ids, w = _problem()
+    ref = LAB01.moe_forward_reference(x, experts, ids, w)
+    w1, w2 = lab.stack_experts(experts)
+    launches = []
+    real = lab.invoke_grouped_gemm
+
+    def counting(*args, **kwargs):
+        launches.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lab, "invoke_grouped_gemm", counting)
+    got = lab.grouped_moe_forward(torch.tensor(x, dtype=torch.float32), w1, w2, torch.tensor(ids), torch.tensor(w))
+    err = np.max(np.abs(got.double().numpy() - ref))
+    assert err < 1e-4, (
+        f"grouped MoE differs from lab 01's reference by {err:.2e}: gather A rows at id // top_k, pick B by "
+        f"expert_ids[pid_m], mask padding rows (id >= num_valid), scatter C to row id, weight rows only in GEMM 2"
+    )
+    assert len(launches) == 2, f"the whole MoE is two grouped-GEMM launches (up, down) whatever E is, counted {len(launches)}"
+
+
+@pytest.mark.triton
+def test_unused_and_repeated_experts():
+    x, experts, _, _ = _problem(seed=5)
+    ids = np.array([[0, 1], [1, 0], [2, 2], [0, 2], [1, 1], [0, 0], [2, 1], [1, 2]])   # expert 3 unused; repeats
+    w = np.full(ids.shape, 0.5)
+    ref = LAB01.moe_forward_reference(x, experts, ids, w)
+    w1, w2 = lab.stack_experts(experts)
+    got = lab.grouped_moe_forward(torch.tensor(x, dtype=torch.float32), w1, w2, torch.tensor(ids), torch.tensor(w))
+    err = np.max(np.abs(got.double().numpy() - ref))
+    assert err < 1e-4, (
+        f"with an expert nobody chose and tokens routed to one expert twice, the result differs by {err:.2e}: "
+        f"an empty expert gets no block, and a repeated (token, expert) is simply two rows of that expert's block"
+    )
+
+
+def test_padding_is_the_price_of_alignment():
+    ids = torch.tensor([[e, (e + 1) % 8] for e in range(8)])     # decode batch 8, top-2: every expert gets 2 rows
+    valid, padded = lab.padding_waste(ids, 8, 16)
+    assert (valid, padded) == (16, 128), (
+        f"16 assignments spread 2 per expert over 8 experts, each padded to a 16-row block: 8 x 16 = 128 rows, got {padded}"
+    )
+    assert lab.padding_waste(ids, 8, 4) == (16, 32), "with block_m = 4 the same batch computes 8 x 4 = 32 rows"
+    big = torch.tensor([[e % 8, (e + 3) % 8] for e in range(512)])
+    assert lab.padding_waste(big, 8, 16) == (1024, 1024), "a 512-token prefill gives each expert 128 rows: no padding at all"
+
+
+@pytest.mark.gpu
+@pytest.mark.triton
+def test_full_shape_bf16_matches_torch_gpu():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    Tf, Kf, Ef, Df, Ff = 1024, 2, 8, 1024, 2048
+    x = torch.randn(Tf, Df, device="cuda", generator=g).to(torch.bfloat16)
+    w1 = (torch.randn(Ef, Df, Ff, device="cuda", generator=g) / Df ** 0.5).to(torch.bfloat16)
+    w2 = (torch.randn(Ef, Ff, Df, device="cuda", generator=g) / Ff ** 0.5).to(torch.bfloat16)
+    logits = torch.randn(Tf, Ef, device="cuda", generator=g)
+    vals, ids = torch.topk(logits, Kf, dim=-1)
+    w = torch.softmax(vals, dim=-1)
+    ref = torch.zeros(Tf, Df, device="cuda")
+    for e in range(Ef):
+        rows, slot = torch.nonzero(ids == e, as_tuple=True)
+        h = torch.relu(x[rows].float() @ w1[e].float())
+        ref.index_add_(0, rows, w[rows, slot, None] * (h @ w2[e].float()))
+    for cfg in lab.GPU_CONFIGS[:2]:
+        bm, bn, bk, nw, ns = cfg
+        got = lab.grouped_moe_forward(x, w1, w2, ids, w, bm, bn, bk, nw, ns).float()
+        rel = ((got - ref).abs().max() / ref.abs().max()).item()
+        assert rel < 2e-2, f"config {cfg}: max error {rel:.2e} of the largest output (bf16 in, fp32 accumulation)"

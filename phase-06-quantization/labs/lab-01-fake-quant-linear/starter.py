@@ -30,9 +30,9 @@ def quantize_with_scales(W: np.ndarray, scales: np.ndarray) -> np.ndarray:
     ±127, never wrap around in the int8 cast.
     """
     raise NotImplementedError(
-        'quantize_with_scales: reshape scales to (-1, 1) so they broadcast over each row, '
-        'then return np.clip(np.round(W / s), -127, 127).astype(np.int8) (clip BEFORE the '
-        'cast, or 190 wraps to -66)'
+        'quantize_with_scales: make the scales a column of shape (-1, 1) so row o is divided by its'
+        ' own scale; round to the nearest integer, then saturate to +/-QMAX BEFORE the int8 cast '
+        '(casting first turns 190 into -66)'
     )
 
 
@@ -42,47 +42,51 @@ def quantize_per_channel(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Returns ``(q, scales)`` with ``q`` int8 of W's shape and ``scales`` float32 of shape (out,).
     """
     raise NotImplementedError(
-        'quantize_per_channel: scales = max|W| over axis=1 (the input dim) / 127 as float32; '
-        'set scales[scales == 0] = 1.0; return quantize_with_scales(W, scales), scales'
+        'quantize_per_channel: take the largest |value| of each output row (reduce over the INPUT '
+        'axis, so you get one number per row), divide by QMAX, keep float32, patch all-zero rows to'
+        ' 1.0, then let quantize_with_scales do the rounding'
     )
 
 
 def quantize_per_tensor(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One scale for the whole matrix: ``s = max|W| / 127``. Returns ``(q, scales)``, scales shape (1,)."""
     raise NotImplementedError(
-        'quantize_per_tensor: one float32 scale = max|W| over the whole matrix / 127 (1.0 if '
-        'it is 0), stored as an array of shape (1,); return quantize_with_scales(W, scales), '
-        'scales'
+        'quantize_per_tensor: the same recipe with a single maximum over every element; keep that '
+        'one scale as a float32 array of shape (1,) so dequantize can broadcast it exactly like the'
+        ' per-row case'
     )
 
 
 def dequantize(q: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """``W_approx = s × q`` with one scale per row (or one for all). Returns float32."""
     raise NotImplementedError(
-        'dequantize: reshape scales to (-1, 1) and multiply by q.astype(np.float32); one '
-        'scale then covers a row, and a single scale covers everything'
+        'dequantize: undo the division: each integer times the scale of its row. Shaping the scales'
+        ' as a (-1, 1) column serves both cases (one scale per row, or one for all); return float32'
     )
 
 
 def quant_linear(x: np.ndarray, q: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """The layer's forward: ``x @ dequantize(q, s).T`` for ``x`` of shape (tokens, in)."""
     raise NotImplementedError(
-        'quant_linear: return x @ dequantize(q, scales).T (W is (out, in), so transpose it)'
+        'quant_linear: rebuild the approximate weight with your dequantize, then apply it the way '
+        'nn.Linear does; mind the shapes: x is (tokens, in), W is (out, in), y must be (tokens, '
+        'out)'
     )
 
 
 def memory_bytes(W: np.ndarray) -> int:
     """Bytes the unquantized matrix occupies (its dtype's size × element count)."""
     raise NotImplementedError(
-        'memory_bytes: return int(W.nbytes)'
+        'memory_bytes: every numpy array knows how many bytes its data occupies (element count x '
+        'itemsize); return that as a Python int'
     )
 
 
 def memory_bytes_quant(q: np.ndarray, scales: np.ndarray) -> int:
     """Bytes of the quantized form: the int8 values plus the float32 scales."""
     raise NotImplementedError(
-        'memory_bytes_quant: return int(q.nbytes + np.asarray(scales).nbytes): the int8 '
-        'values plus the float32 scales'
+        'memory_bytes_quant: count both stored arrays, the int8 values AND the float32 scales (a '
+        '100 x 100 matrix should come to 10,400 bytes)'
     )
 
 
@@ -93,9 +97,9 @@ def quantize_bits(W: np.ndarray, bits: int) -> np.ndarray:
     the scale is ``max|W[o]| / qmax`` per row (1.0 for an all-zero row).
     """
     raise NotImplementedError(
-        'quantize_bits: like quantize_per_channel with qmax = 2**(bits - 1) - 1 instead of '
-        '127 (guard zero rows), then return the dequantized float32 matrix clip(round(W / s),'
-        ' -qmax, qmax) * s'
+        'quantize_bits: the per-channel recipe again, with QMAX replaced by the largest level a '
+        'symmetric signed grid of `bits` bits keeps (127 for 8 bits, 7 for 4, 1 for 2); return the '
+        'values already multiplied back by their scales'
     )
 
 

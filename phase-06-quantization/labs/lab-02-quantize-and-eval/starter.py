@@ -88,9 +88,9 @@ def quantize_fp8(t: torch.Tensor, dim: int | None = None) -> tuple[torch.Tensor,
     (some backends turn out-of-range values into NaN instead of saturating).
     """
     raise NotImplementedError(
-        'quantize_fp8: amax = t.abs().amax() (or .amax(dim=dim, keepdim=True)); scale = amax '
-        '/ FP8_MAX as float, 1 where it is 0; return (t / scale).clamp(-FP8_MAX, '
-        'FP8_MAX).to(FP8), scale'
+        'quantize_fp8: find the largest |value| (over the whole tensor, or along `dim` keeping the '
+        'dimension so a (rows, 1) scale comes out), map it to FP8_MAX, replace a zero scale by 1, '
+        'and clamp to +/-FP8_MAX before the cast to FP8 (e4m3fn has no infinity)'
     )
 
 
@@ -99,16 +99,17 @@ class Int8PerChannelMethod(LinearMethod):
 
     def create_weights(self, layer, weight):
         raise NotImplementedError(
-            'Int8PerChannelMethod.create_weights: scale = weight.abs().amax(dim=1) / 127 (1 where'
-            ' 0); q = clamp(round(weight / scale[:, None]), -127, 127) as torch.int8; '
-            "layer.register_buffer('qweight', q) and layer.register_buffer('weight_scale', "
-            'scale.float())'
+            "Int8PerChannelMethod.create_weights: lab-01's per-channel recipe in torch (one scale "
+            'per OUTPUT row, zero rows -> 1, round, clamp to +/-127, store as torch.int8); register'
+            " the two tensors as buffers named 'qweight' and 'weight_scale' so weight_bytes can "
+            'count them'
         )
 
     def apply(self, layer, x):
         raise NotImplementedError(
-            'Int8PerChannelMethod.apply: dequantize (layer.qweight.float() * '
-            'layer.weight_scale[:, None]) and return x @ that.T'
+            'Int8PerChannelMethod.apply: rebuild the float weight from layer.qweight and '
+            'layer.weight_scale (each row times its own scale), then compute y the way nn.Linear '
+            'does'
         )
 
 
@@ -125,15 +126,16 @@ class Fp8Method(LinearMethod):
 
     def create_weights(self, layer, weight):
         raise NotImplementedError(
-            'Fp8Method.create_weights: w8, scale = quantize_fp8(weight); register buffers '
-            "'weight' (w8) and 'weight_scale' (scale.reshape(1))"
+            'Fp8Method.create_weights: one per-tensor call of your quantize_fp8 on the weight; '
+            "register the e4m3 tensor as 'weight' and its scale, shaped (1,), as 'weight_scale'"
         )
 
     def apply(self, layer, x):
         raise NotImplementedError(
-            'Fp8Method.apply: if not self.quantize_activations return x @ (layer.weight.float() *'
-            ' layer.weight_scale).T; else x8, x_scale = quantize_fp8(x, dim=-1) and return '
-            '(x8.float() @ layer.weight.float().T) * x_scale * layer.weight_scale'
+            'Fp8Method.apply: W8A16 (quantize_activations False) dequantizes the weight and '
+            'multiplies as usual; W8A8 also quantizes x with ONE SCALE PER TOKEN, multiplies the '
+            'two fp8 tensors (as float), and only then applies both scales to the product, as a '
+            'scaled-mm epilogue does'
         )
 
 
@@ -145,25 +147,25 @@ class Int4GroupMethod(LinearMethod):
 
     def create_weights(self, layer, weight):
         raise NotImplementedError(
-            'Int4GroupMethod.create_weights: q, scales = LAB03.quantize_grouped(weight.numpy(), '
-            "self.group_size); register 'qweight' = torch.from_numpy(LAB03.pack_int4(q)) and "
-            "'scales' = torch.from_numpy(scales)"
+            "Int4GroupMethod.create_weights: lab-03's reference (LAB03) already quantizes in groups"
+            ' and packs nibbles; run it on the weight as numpy with self.group_size and register '
+            "the packed bytes as 'qweight' and the fp16 scales as 'scales' (torch tensors)"
         )
 
     def apply(self, layer, x):
         raise NotImplementedError(
-            'Int4GroupMethod.apply: q = LAB03.unpack_int4(layer.qweight.numpy()); w = '
-            'LAB03.dequantize_grouped(q, layer.scales.numpy(), self.group_size); return x @ '
-            'torch.from_numpy(w).T'
+            "Int4GroupMethod.apply: reverse create_weights with lab-03's helpers (unpack the "
+            'nibbles, multiply by the group scales) to get the float weight back, then multiply as '
+            'nn.Linear would'
         )
 
 
 def get_quant_method(fmt: str) -> LinearMethod:
     """The registry: a format name -> a fresh method object. Unknown names raise ValueError listing FORMATS."""
     raise NotImplementedError(
-        "get_quant_method: 'fp16' -> UnquantizedMethod(), 'int8' -> Int8PerChannelMethod(), "
-        "'fp8'/'fp8-w8a16' -> Fp8Method(quantize_activations=(fmt == 'fp8')), 'int4-gN' -> "
-        'Int4GroupMethod(N); anything else: raise ValueError naming the FORMATS'
+        'get_quant_method: map each name in FORMATS to a NEW method object (fp8 and fp8-w8a16 '
+        "differ only in quantize_activations; the number after 'int4-g' is the group size); any "
+        'other name must raise ValueError whose message lists the known FORMATS'
     )
 
 
@@ -174,9 +176,9 @@ def quantize_model(model: nn.Module, fmt: str) -> nn.Module:
     ``get_quant_method``.
     """
     raise NotImplementedError(
-        'quantize_model: qmodel = copy.deepcopy(model); for every module, for each (attr, '
-        'child) in named_children() that is an nn.Linear, setattr(module, attr, '
-        'QuantLinear(child.weight.data, get_quant_method(fmt))); return qmodel'
+        'quantize_model: work on a copy.deepcopy of the model; walk EVERY module, not only the top '
+        'level (real models nest their linears), and replace each nn.Linear child via setattr on '
+        'its parent with a QuantLinear built from its weight and a fresh get_quant_method(fmt)'
     )
 
 

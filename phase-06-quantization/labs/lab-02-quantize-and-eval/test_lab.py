@@ -53,6 +53,25 @@ def test_quantize_model_swaps_every_linear_and_leaves_the_original(setup):
     assert q[0].quant_method is not q[2].quant_method, "each layer gets its own method object from get_quant_method"
 
 
+def test_quantize_model_reaches_nested_linears():
+    g = torch.Generator().manual_seed(3)
+    block = nn.Sequential(nn.Linear(64, 128, bias=False), nn.GELU(), nn.Linear(128, 64, bias=False))
+    model = nn.Sequential(block, nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 64, bias=False)))
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) / m.in_features**0.5)
+    q = lab.quantize_model(model, "int8")
+    left = [name for name, m in q.named_modules() if isinstance(m, nn.Linear)]
+    assert not left, (
+        f"real models nest their linear layers inside blocks; these stayed plain nn.Linear: {left}. "
+        f"Walk every module (named_modules), not only the top-level children"
+    )
+    assert sum(isinstance(m, lab.QuantLinear) for m in q.modules()) == 3, "all three nested linears become QuantLinear"
+    x = torch.randn(4, 64, generator=g)
+    err = lab.output_error(model, q, x)
+    assert err < 0.02, f"the nested int8 model should stay within 2% of the original, got {err:.3%}"
+
 def test_weight_bytes_per_format(setup):
     _, _, quantized = setup
     for fmt, want in EXPECTED_BYTES.items():

@@ -30,18 +30,19 @@ def quantize_grouped(W: np.ndarray, group_size: int) -> tuple[np.ndarray, np.nda
     of shape ``(out, in // group_size)``. Raises ValueError if ``group_size`` does not divide ``in``.
     """
     raise NotImplementedError(
-        'quantize_grouped: check group_size divides W.shape[1] (else ValueError); reshape W '
-        'to (out, in // g, g); scales = (max|.| over the last axis / 7).astype(np.float16) '
-        'with zeros set to 1; q = clip(round(groups / scales.astype(float32)[..., None]), -7,'
-        ' 7) as int8, reshaped back to (out, in)'
+        'quantize_grouped: reject a group_size that does not divide the input width (ValueError); '
+        'view W as (out, in // group_size, group_size) so each group is its own last axis, take one'
+        ' max|.| / QMAX per group, store it as float16 (zeros -> 1), and round with the STORED '
+        'float16 scale so dequantization reproduces exactly what a kernel would read'
     )
 
 
 def dequantize_grouped(q: np.ndarray, scales: np.ndarray, group_size: int) -> np.ndarray:
     """``W_approx[o, i] = scales[o, i // group_size] × q[o, i]``, as float32."""
     raise NotImplementedError(
-        'dequantize_grouped: np.repeat(scales.astype(np.float32), group_size, axis=1) gives '
-        'one scale per weight; multiply by q.astype(np.float32)'
+        'dequantize_grouped: every weight needs the scale of group i // group_size of its row; '
+        'stretch the (out, in // group_size) scales along axis 1 so each is repeated group_size '
+        'times in a row, then multiply elementwise in float32'
     )
 
 
@@ -52,23 +53,26 @@ def pack_int4(q: np.ndarray) -> np.ndarray:
     value outside [-8, 7].
     """
     raise NotImplementedError(
-        'pack_int4: raise ValueError for an odd last dim or values outside [-8, 7]; u = (q + '
-        '8) as uint8; return u[..., 0::2] | (u[..., 1::2] << 4) (even index -> low nibble)'
+        'pack_int4: validate first (even width, values in [-8, 7]); shift every value by +8 so it '
+        'fits an unsigned nibble, then build each byte from the pair (2j, 2j+1): the even element '
+        'goes in bits 0-3, the odd one in bits 4-7'
     )
 
 
 def unpack_int4(packed: np.ndarray) -> np.ndarray:
     """Exact inverse of ``pack_int4``: uint8 ``(out, n)`` → int8 ``(out, 2n)``."""
     raise NotImplementedError(
-        'unpack_int4: low = (packed & 0x0F) - 8, high = (packed >> 4) - 8 as int8; write low '
-        'into [..., 0::2] and high into [..., 1::2] of an int8 array twice as wide'
+        'unpack_int4: the mirror image of pack_int4: mask out the low nibble and shift down the '
+        'high one, undo the +8 offset in a signed dtype, and interleave them back so the low nibble'
+        ' lands at the even index'
     )
 
 
 def memory_bytes_grouped(packed: np.ndarray, scales: np.ndarray) -> int:
     """Bytes stored for a group-quantized matrix: the packed nibbles plus the scales."""
     raise NotImplementedError(
-        'memory_bytes_grouped: return int(packed.nbytes + scales.nbytes)'
+        'memory_bytes_grouped: what the checkpoint stores is the packed array plus the float16 '
+        'scales; add up the bytes of both (a (256, 1024) matrix at group 128 comes to 135,168)'
     )
 
 
@@ -79,8 +83,9 @@ def scale_overhead(group_size: int, weight_bits: int = 4, scale_bits: int = 16) 
     group 128 with fp16 scales adds 0.125 bit to 4, i.e. 0.03125 (3.125 %).
     """
     raise NotImplementedError(
-        'scale_overhead: each weight carries scale_bits / group_size bits of scale; divide by'
-        ' weight_bits (group 128 -> 0.125 / 4 = 0.03125)'
+        "scale_overhead: spread one scale's bits over the group it serves to get scale bits per "
+        "weight, then express that relative to the weight's own bits (the payload), not relative to"
+        ' a byte'
     )
 
 

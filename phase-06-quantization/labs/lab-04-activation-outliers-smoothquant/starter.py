@@ -10,9 +10,10 @@ the same ``s_j``, an exact identity that moves loudness from the hard operand to
     s_j = max|X[:, j]|**alpha / max|W[:, j]|**(1 - alpha)
     X_hat[:, j] = X[:, j] / s_j        W_hat[:, j] = W[:, j] * s_j        X_hat @ W_hat.T == X @ W.T
 
-Granularity used here (the source left it open): activations get ONE per-tensor scale (they exist
+Granularity, a design choice this lab fixes: activations get ONE per-tensor scale (they exist
 only at runtime, so their scales must be cheap); weights get one scale per OUTPUT row, as vLLM's
-W8A8 int8 and fp8 channel schemes do. Per-tensor weights also work, a little less well.
+W8A8 int8 and fp8 channel schemes do. After smoothing, the weights carry the loud columns, and a
+per-row weight scale is what keeps the quiet output rows precise.
 """
 
 from __future__ import annotations
@@ -27,30 +28,34 @@ EPS = 1e-5   # floor for the column maxima, so a dead channel never yields s_j =
 def quantize_per_tensor(T: np.ndarray) -> tuple[np.ndarray, float]:
     """Symmetric int8 with one scale for the whole tensor: ``scale = max|T| / 127`` (1.0 if T is all zero)."""
     raise NotImplementedError(
-        'quantize_per_tensor: scale = max|T| / 127 as a float (1.0 if T is all zero); return '
-        'clip(round(T / scale), -127, 127).astype(np.int8), scale'
+        'quantize_per_tensor: one scale for everything, sized so the largest |value| of the whole '
+        'tensor lands on QMAX (fall back to 1.0 for an all-zero tensor); round to nearest, saturate'
+        ' to +/-QMAX, then cast to int8; return the scale as a Python float'
     )
 
 
 def fake_quant(T: np.ndarray) -> np.ndarray:
     """Quantize per tensor, then dequantize: what the activations look like after the int8 round trip."""
     raise NotImplementedError(
-        'fake_quant: q, scale = quantize_per_tensor(T); return q.astype(np.float64) * scale'
+        'fake_quant: a round trip through your quantize_per_tensor: quantize, then multiply the '
+        'integers back by the scale, in float64'
     )
 
 
 def fake_quant_per_channel(W: np.ndarray) -> np.ndarray:
     """Per-output-row int8 round trip of ``W`` (out, in): ``s[o] = max|W[o]| / 127``."""
     raise NotImplementedError(
-        'fake_quant_per_channel: s = max|W| over axis=1 with keepdims, / 127, zeros set to 1;'
-        ' return clip(round(W / s), -127, 127) * s'
+        "fake_quant_per_channel: lab-01's per-channel round trip: one scale per OUTPUT row of W "
+        '(reduce over the input axis, keep the dimension so it broadcasts), zero rows -> 1, round '
+        'and saturate, then multiply back'
     )
 
 
 def w8a8_matmul(X: np.ndarray, W: np.ndarray) -> np.ndarray:
     """``Y ≈ X @ W.T`` with X fake-quantized per tensor and W per output channel."""
     raise NotImplementedError(
-        'w8a8_matmul: return fake_quant(X) @ fake_quant_per_channel(W).T'
+        'w8a8_matmul: put each operand through its own round trip (activations per tensor, weights '
+        'per output row) and multiply the results as X @ W.T'
     )
 
 
@@ -60,15 +65,17 @@ def smoothing_factors(X: np.ndarray, W: np.ndarray, alpha: float = 0.5) -> np.nd
     Both maxima are floored at ``EPS`` so an all-zero channel gives a finite, positive factor.
     """
     raise NotImplementedError(
-        'smoothing_factors: x_max = max|X| over axis=0, w_max = max|W| over axis=0 (both '
-        'floored at EPS with np.maximum); return x_max**alpha / w_max**(1 - alpha)'
+        'smoothing_factors: you need one maximum per INPUT channel j for each operand, i.e. per '
+        'column of X (tokens, in) and per column of W (out, in); floor both at EPS, then combine '
+        "them with the SmoothQuant exponents alpha and 1 - alpha (X's max in the numerator)"
     )
 
 
 def smooth(X: np.ndarray, W: np.ndarray, alpha: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
     """The SmoothQuant migration: ``(X / s, W * s)`` with ``s = smoothing_factors(X, W, alpha)``."""
     raise NotImplementedError(
-        'smooth: s = smoothing_factors(X, W, alpha); return X / s[None, :], W * s[None, :]'
+        'smooth: compute the factors once; the activation side is divided by them and the weight '
+        'side multiplied, column by column, so the product X @ W.T does not change'
     )
 
 

@@ -69,6 +69,23 @@ def test_outliers_wreck_naive_w8a8():
     assert q.dtype == np.int8 and np.isclose(scale, np.abs(X).max() / 127), "per-tensor scale = max|X| / 127, q int8"
 
 
+def test_w8a8_quantizes_weights_per_output_row():
+    X, W = _problem(6, outliers=())
+    W[3] *= 100.0                                     # one loud OUTPUT row of W, tame activations
+    quiet = np.arange(W.shape[0]) != 3
+    Y = X @ W.T
+    err = _rel(lab.w8a8_matmul(X, W)[:, quiet], Y[:, quiet])
+    assert err < 0.03, (
+        f"a weight row 100x louder than the rest must not hurt the other outputs, got {err:.2%} error on them: "
+        f"w8a8_matmul quantizes W with one scale per OUTPUT row (fake_quant_per_channel), not one for the tensor"
+    )
+    Wq = lab.fake_quant_per_channel(W)
+    row_err = _rel(Wq[quiet], W[quiet])
+    assert row_err < 0.01, (
+        f"fake_quant_per_channel: the quiet rows keep their own scales and should lose < 1%, got {row_err:.2%}: "
+        f"take max|W[o]| over axis=1 (the input dimension), one scale per row"
+    )
+
 def test_smoothing_rescues_w8a8():
     X, W = _problem(3)
     Y = X @ W.T

@@ -22,17 +22,23 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# Datasheet peaks, matched by substring of torch.cuda.get_device_name() (first match wins, so the
-# specific names come first): HBM bytes/s, dense fp16/bf16 tensor-core FLOP/s (no sparsity), source.
+# Datasheet peaks, matched by substring of torch.cuda.get_device_name() (first match wins, so a name
+# that contains another comes first: "GH200" before "H200", "H200 NVL" before "H200", "L40S" and "L40"
+# before "L4", the A100 variants before "A100", every "A100" before "A10"): HBM bytes/s, dense
+# fp16/bf16 tensor-core FLOP/s (no sparsity), source.
 PEAKS = [
-    ("H200", 4.8e12, 989e12, "NVIDIA H200 Tensor Core GPU datasheet (SXM: 4.8 TB/s HBM3e, 1,979 TFLOP/s fp16 sparse)"),
+    ("GH200 144G", 4.9e12, 989e12, "NVIDIA GH200 Grace Hopper Superchip datasheet, 144GB HBM3e (4.9 TB/s, 1,979 TFLOP/s fp16 sparse)"),
+    ("GH200", 4.0e12, 989e12, "NVIDIA GH200 Grace Hopper Superchip datasheet, 96GB HBM3 (4 TB/s, 1,979 TFLOP/s fp16 sparse)"),
+    ("H200 NVL", 4.8e12, 835e12, "NVIDIA H200 Tensor Core GPU datasheet, H200 NVL (4.8 TB/s, 1,671 TFLOP/s fp16 sparse)"),
+    ("H200", 4.8e12, 989e12, "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM (4.8 TB/s HBM3e, 1,979 TFLOP/s fp16 sparse)"),
     ("H100 NVL", 3.9e12, 835e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (3.9 TB/s, 1,671 TFLOP/s sparse)"),
     ("H100 PCIe", 2.0e12, 756e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (2 TB/s, 1,513 TFLOP/s sparse)"),
     ("H100", 3.35e12, 989e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (3.35 TB/s HBM3, 1,979 TFLOP/s sparse)"),
     ("A100-SXM4-80GB", 2.039e12, 312e12, "NVIDIA A100 Tensor Core GPU datasheet, 80GB SXM (2,039 GB/s, 312 TFLOP/s)"),
     ("A100 80GB PCIe", 1.935e12, 312e12, "NVIDIA A100 Tensor Core GPU datasheet, 80GB PCIe (1,935 GB/s, 312 TFLOP/s)"),
-    ("A100", 1.555e12, 312e12, "NVIDIA A100 Tensor Core GPU datasheet, 40GB (1,555 GB/s, 312 TFLOP/s)"),
-    ("L40S", 864e9, 362e12, "NVIDIA L40S datasheet (864 GB/s, 362 TFLOP/s fp16 dense)"),
+    ("A100", 1.555e12, 312e12, "NVIDIA A100 Tensor Core GPU datasheet, 40GB SXM or PCIe (1,555 GB/s, 312 TFLOP/s)"),
+    ("L40S", 864e9, 362e12, "NVIDIA L40S datasheet (864 GB/s, 362 TFLOP/s fp16 dense, 733 sparse)"),
+    ("L40", 864e9, 181e12, "NVIDIA L40 datasheet (864 GB/s, 181 TFLOP/s fp16 dense, 362 sparse)"),
     ("L4", 300e9, 121e12, "NVIDIA L4 Tensor Core GPU datasheet (300 GB/s, 242 TFLOP/s fp16 sparse)"),
     ("A10", 600e9, 125e12, "NVIDIA A10 Tensor Core GPU datasheet (600 GB/s, 250 TFLOP/s fp16 sparse)"),
     ("T4", 320e9, 65e12, "NVIDIA T4 Tensor Core GPU datasheet (320 GB/s, 65 TFLOP/s fp16)"),

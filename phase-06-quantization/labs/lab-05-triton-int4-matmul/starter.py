@@ -43,17 +43,22 @@ def _int4_matmul_kernel(
     stride_xm, stride_pn, stride_sn, stride_ym,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    # TODO: program (pid_m, pid_n) computes the (BLOCK_M x BLOCK_N) tile of y at rows pid_m*BLOCK_M + arange,
-    #   columns pid_n*BLOCK_N + arange; masks m_ok = offs_m < M, n_ok = offs_n < N; acc = zeros float32.
-    #   offs_j = tl.arange(0, BLOCK_K // 2) indexes the packed bytes of one K step. For k0 in range(0, K, BLOCK_K):
-    #     byte   = tl.load(P + offs_n[:, None] * stride_pn + (k0 // 2 + offs_j)[None, :], mask=n_ok[:, None], other=0x88)
-    #     x_even = x[offs_m, k0 + 2*offs_j]  and  x_odd = x[offs_m, k0 + 2*offs_j + 1]  (mask m_ok, other 0)
-    #     low  = ((byte & 0xF).to(tl.int32) - 8).to(x_even.dtype)     <- the even k (lab-03: low nibble first)
-    #     high = ((byte >> 4).to(tl.int32) - 8).to(x_even.dtype)      <- the odd k
-    #     partial = tl.dot(x_even, tl.trans(low)) + tl.dot(x_odd, tl.trans(high))
-    #     scale   = tl.load(S + offs_n * stride_sn + k0 // GROUP, mask=n_ok, other=0.0).to(tl.float32)
-    #     acc += partial * scale[None, :]          (BLOCK_K divides GROUP, so one scale per row per step)
-    #   store acc (cast to Y.dtype.element_ty) at Y + offs_m[:, None] * stride_ym + offs_n[None, :], both masks.
+    # TODO: write the kernel body. A plan, one step per line (the module docstring has the math):
+    #   1. Which tile is mine? Row offsets of y from program_id(0) and BLOCK_M, column offsets (rows of
+    #      W) from program_id(1) and BLOCK_N, and an "in range" mask for each (M and N may be ragged).
+    #   2. A float32 accumulator of shape (BLOCK_M, BLOCK_N).
+    #   3. Walk K in steps of BLOCK_K. In each step:
+    #      a. Load the BLOCK_N x BLOCK_K/2 packed bytes of this step (rows are stride_pn apart; byte j of
+    #         the step holds k = k0 + 2j and k = k0 + 2j + 1). Rows past N need a byte that unpacks to 0, 0.
+    #      b. Split each byte into its two nibbles, undo the +8 offset in a signed integer type, and
+    #         convert to x's dtype so tl.dot accepts them. Which nibble holds the even k? (lab-03)
+    #      c. Load the matching even and odd columns of x for this tile's rows.
+    #      d. Two tl.dot calls, each nibble half against the x columns it multiplies (mind the transpose:
+    #         the nibbles are laid out (N, K), the dot wants (K, N)).
+    #      e. The whole step lies in ONE group (BLOCK_K divides GROUP). Load that group's scale for each
+    #         row of W (which group index does column k0 fall in?) and multiply the step's partial sum
+    #         by it before adding it to the accumulator.
+    #   4. Store the accumulator, cast to Y's element type, under both masks.
     tl.static_assert(False, "_int4_matmul_kernel is not written yet: see the TODO in starter.py")
 
 
@@ -95,17 +100,17 @@ def weight_bytes(n: int, k: int, fmt: str, group_size: int = 128) -> int:
     ``group_size`` weights of a row.
     """
     raise NotImplementedError(
-        "weight_bytes: 'fp16' -> 2 * n * k; 'int4' -> n * k // 2 (two nibbles per byte) + 2 *"
-        ' n * (k // group_size) (one fp16 scale per group of a row); anything else: '
-        'ValueError'
+        'weight_bytes: count bytes per weight for each format: fp16 stores 2; int4 stores half a '
+        'byte of nibbles plus one 2-byte scale for every group_size weights of a row; any other '
+        'format name is a ValueError'
     )
 
 
 def matmul_bytes(m: int, n: int, k: int, fmt: str, group_size: int = 128) -> int:
     """Every byte one ``y = x @ W.T`` must move: the weight, x (M, K) in fp16 and y (M, N) in fp16."""
     raise NotImplementedError(
-        'matmul_bytes: weight_bytes(n, k, fmt, group_size) + 2 * m * k (x in fp16) + 2 * m * '
-        'n (y in fp16)'
+        'matmul_bytes: everything the GEMM must move through HBM: the weight (your weight_bytes), '
+        'the activations x (M x K) and the output y (M x N), both 16-bit'
     )
 
 
@@ -116,16 +121,16 @@ def predicted_time(m: int, n: int, k: int, fmt: str, bandwidth: float, peak_flop
     Both formats do the same FLOPs (the int4 kernel multiplies fp16 values after unpacking).
     """
     raise NotImplementedError(
-        'predicted_time: max(matmul_bytes(m, n, k, fmt, group_size) / bandwidth, 2 * m * n * '
-        'k / peak_flops)'
+        'predicted_time: the roofline: the GEMM takes as long as the slower of its two limits, '
+        'moving matmul_bytes at `bandwidth`, or doing 2*M*N*K FLOPs at `peak_flops`'
     )
 
 
 def predicted_speedup(m: int, n: int, k: int, bandwidth: float, peak_flops: float, group_size: int = 128) -> float:
     """fp16 time over int4 time under the roofline: ~3.9x while both are bandwidth-bound, ~1 once compute-bound."""
     raise NotImplementedError(
-        "predicted_speedup: predicted_time(..., 'fp16', ...) / predicted_time(..., 'int4', "
-        '...) with the same m, n, k, bandwidth, peak_flops, group_size'
+        'predicted_speedup: price the same GEMM twice with predicted_time, once per format, and '
+        'divide so that a value above 1 means int4 is faster'
     )
 
 

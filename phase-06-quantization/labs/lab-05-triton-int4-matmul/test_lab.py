@@ -63,6 +63,22 @@ def test_each_group_uses_its_own_scale():
 
 
 @pytest.mark.triton
+def test_block_k_smaller_than_group_reuses_the_scale():
+    packed, _, _ = _quantized(16, 128, 64, seed=8)           # group 64: two groups per row of K = 128
+    padded = torch.tensor([1.0, 100.0], dtype=torch.float16).repeat(17, 1)   # a spare row after the last,
+    scales = padded[:16]                                     # so a wrong index reads wrong values, not past memory
+    q = LAB03.unpack_int4(packed.numpy()).astype(np.float64)
+    w_ref = LAB03.dequantize_grouped(q, scales.numpy(), 64)
+    x = _x(2, 128, seed=9)
+    y = lab.int4_matmul(x, packed, scales, group_size=64, block_n=16, block_k=32).double().numpy()
+    want = x.double().numpy() @ w_ref.T
+    rel = np.abs(y - want).max() / np.abs(want).max()
+    assert rel < 1e-5, (
+        f"with BLOCK_K = 32 inside groups of 64 the output is {rel:.1e} off (relative): two K steps share one "
+        f"group, so the scale index is the GROUP of column k0 (k0 // GROUP), not the step number (k0 // BLOCK_K)"
+    )
+
+@pytest.mark.triton
 def test_nibble_order_matches_lab03():
     packed, scales, w_ref = _quantized(16, 64, 64, seed=4)
     eye = torch.eye(64, dtype=torch.float32)[:17]          # x = e_0 ... e_16: y[i] is column i of W

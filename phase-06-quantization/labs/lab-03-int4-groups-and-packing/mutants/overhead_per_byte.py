@@ -1,4 +1,4 @@
-"""MUTANT — measures the scale overhead against a byte instead of the 4-bit payload (the source's 1.6% slip).
+"""MUTANT — measures the scale overhead against a byte instead of the 4-bit payload (the often-quoted 1.6% slip).
 
 Lab 06-03 — int4 group quantization and nibble packing (reference solution).
 

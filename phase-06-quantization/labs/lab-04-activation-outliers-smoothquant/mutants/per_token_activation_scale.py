@@ -12,9 +12,10 @@ the same ``s_j``, an exact identity that moves loudness from the hard operand to
     s_j = max|X[:, j]|**alpha / max|W[:, j]|**(1 - alpha)
     X_hat[:, j] = X[:, j] / s_j        W_hat[:, j] = W[:, j] * s_j        X_hat @ W_hat.T == X @ W.T
 
-Granularity used here (the source left it open): activations get ONE per-tensor scale (they exist
+Granularity, a design choice this lab fixes: activations get ONE per-tensor scale (they exist
 only at runtime, so their scales must be cheap); weights get one scale per OUTPUT row, as vLLM's
-W8A8 int8 and fp8 channel schemes do. Per-tensor weights also work, a little less well.
+W8A8 int8 and fp8 channel schemes do. After smoothing, the weights carry the loud columns, and a
+per-row weight scale is what keeps the quiet output rows precise.
 """
 
 from __future__ import annotations

@@ -61,34 +61,34 @@ class FreeKVCacheBlockQueue:
     def popleft(self) -> KVCacheBlock:
         """Remove and return the front block. Raises ValueError when the queue is empty."""
         raise NotImplementedError(
-            "popleft: the front block is self._head.next_free_block; if that is self._tail the "
-            "queue is empty (raise ValueError), else unlink it exactly as remove() does")
+            "popleft: the front block is whatever follows self._head; when that is self._tail the "
+            "queue is empty (ValueError). Otherwise reuse remove() rather than rewiring by hand")
 
     def remove(self, block: KVCacheBlock) -> None:
         """Unlink `block` from wherever it sits, in O(1): rewire its two neighbours."""
         raise NotImplementedError(
-            "remove: point block.prev_free_block.next_free_block at block.next_free_block (and the "
-            "reverse), clear both links on block, num_free_blocks -= 1; never walk the list")
+            "remove: the block already knows both neighbours (its two link fields); make them point "
+            "at each other, clear the block's links, fix the counter. Never walk the list")
 
     def append(self, block: KVCacheBlock) -> None:
         """Put `block` at the back (it becomes the last eviction candidate)."""
         raise NotImplementedError(
-            "append: splice block between self._tail.prev_free_block and self._tail, "
-            "then num_free_blocks += 1")
+            "append: the new block goes between the current last block (self._tail's prev) and "
+            "self._tail; four link writes, then the counter")
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
         """Front-to-back list of the free blocks (sentinels excluded). O(n): for tests."""
         raise NotImplementedError(
-            "get_all_free_blocks: start at self._head.next_free_block and follow next_free_block "
-            "until you reach self._tail")
+            "get_all_free_blocks: follow next_free_block from the head sentinel and stop at the "
+            "tail sentinel; neither sentinel belongs in the result")
 
 
 def hash_block_tokens(parent_hash: bytes | None, token_ids: Sequence[int]) -> bytes:
     """SHA-256 of (parent hash, this block's tokens). Chaining the parent in makes the hash name
     the whole prefix, not just this block: equal hashes mean equal tokens from position 0."""
     raise NotImplementedError(
-        "hash_block_tokens: use NONE_HASH when parent_hash is None, then return "
-        "hashlib.sha256(parent + repr(tuple(token_ids)).encode()).digest()")
+        "hash_block_tokens: the first block has no parent, so stand in NONE_HASH; feed the parent's "
+        "bytes AND a byte encoding of the token ids into one hashlib.sha256 and return its digest")
 
 
 def block_hashes_for(token_ids: Sequence[int], block_size: int) -> list[bytes]:
@@ -114,45 +114,47 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block: dict[bytes, KVCacheBlock] = {}
-        self.null_block = self.free_block_queue.popleft()
-        self.null_block.is_null = True
+        reserved = self.free_block_queue.popleft()     # block 0: the queue starts in id order
+        reserved.is_null = True
+        self.null_block = reserved
 
     def get_num_free_blocks(self) -> int:
-        raise NotImplementedError("get_num_free_blocks: return the queue's num_free_blocks")
+        raise NotImplementedError("get_num_free_blocks: the queue already keeps this count")
 
     def get_usage(self) -> float:
         """Fraction of the usable (non-null) blocks that are taken."""
         raise NotImplementedError(
-            "get_usage: usable = num_gpu_blocks - 1 (the null block never counts); "
-            "return 1 - free/usable (0.0 when usable == 0)")
+            "get_usage: the null block is taken forever, so leave it out of both the used and the "
+            "total count (and return 0.0 for a pool that is only the null block)")
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Hand out `num_blocks` blocks from the front of the free queue, each with ref_cnt 1.
         A popped block may still be a cached eviction candidate: forget that first."""
         raise NotImplementedError(
-            "get_new_blocks: raise ValueError if num_blocks > free (before touching anything); "
-            "else popleft each, call _maybe_evict_cached_block when caching is on, set ref_cnt = 1")
+            "get_new_blocks: refuse (ValueError) before popping anything if there are not enough; "
+            "a popped block may still be cached, so let _maybe_evict_cached_block forget it first")
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
         """Drop `block` from the prefix-cache index (only if the index points at THIS block) and
         clear its hash. Returns True when an index entry was removed."""
         raise NotImplementedError(
-            "_maybe_evict_cached_block: no hash -> False; delete the index entry only if "
-            "cached_block_hash_to_block.get(hash) is block; reset_hash() either way")
+            "_maybe_evict_cached_block: two blocks can carry the same hash, and the index names only "
+            "one of them: drop the entry only when it names THIS block; clear the block's hash anyway")
 
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         """A prefix hit: one more user for each block. A block at ref_cnt 0 sits in the free
         queue (an eviction candidate), so it is unlinked from there first, in O(1)."""
         raise NotImplementedError(
-            "touch: for each block, if ref_cnt == 0 and not is_null -> free_block_queue.remove(block); "
-            "then ref_cnt += 1")
+            "touch: by I1 a block nobody references is sitting in the free queue; take it out with "
+            "your O(1) remove before counting the new user (the null block is never in the queue)")
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """One fewer user for each block; those reaching 0 go to the back of the free queue in
         the order given (first given = first evicted). They keep their hash: still cached."""
         raise NotImplementedError(
-            "free_blocks: list() the input; raise ValueError if a non-null block is already at "
-            "ref_cnt 0 (double free); decrement all; append those now at 0 (not null) in order")
+            "free_blocks: the input may be an iterator (reversed(...)), so materialize it; reject a "
+            "double free before changing anything; only blocks nobody uses any more join the queue, "
+            "in the order given, and never the null block")
 
     def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[bytes],
                           num_cached_blocks: int = 0) -> None:
@@ -160,12 +162,12 @@ class BlockPool:
         `block_hashes` holds one hash per FULL block, so a partial tail is never cached. On a
         collision (same hash already indexed to another block) the existing entry is kept."""
         raise NotImplementedError(
-            "cache_full_blocks: skip when caching is off; for i in range(num_cached_blocks, "
-            "len(block_hashes)): skip null blocks, set blocks[i].block_hash, then "
-            "cached_block_hash_to_block.setdefault(hash, block)")
+            "cache_full_blocks: block_hashes has one entry per FULL block, so its length tells you "
+            "where to stop; give each new block its hash, and on a collision keep the index entry "
+            "that is already there (one block per hash)")
 
     def get_cached_block(self, block_hash: bytes) -> KVCacheBlock | None:
-        raise NotImplementedError("get_cached_block: look the hash up in cached_block_hash_to_block")
+        raise NotImplementedError("get_cached_block: a dictionary lookup that answers None on a miss")
 
 
 def main() -> None:

@@ -137,8 +137,28 @@ def test_allocate_free_cycles_keep_invariant_I1():
             assert all(b.ref_cnt == 1 for b in table), "fresh blocks start with ref_cnt == 1"
             live.append(table)
         check_invariants(pool)
+    pool = lab.BlockPool(num_gpu_blocks=3)
+    (block,) = pool.get_new_blocks(1)
+    pool.free_blocks([block])
     with pytest.raises(ValueError):
-        lab.BlockPool(2).free_blocks([lab.BlockPool(2).blocks[1]])
+        pool.free_blocks([block])          # nobody holds it any more: a second free is a bug
+    assert queue_ids(pool) == [2, 1], (
+        f"a refused double free must change nothing (the block must not be queued twice); queue {queue_ids(pool)}")
+
+
+def test_null_block_in_a_table_is_never_queued():
+    pool = lab.BlockPool(num_gpu_blocks=6)
+    table = [pool.null_block, *pool.get_new_blocks(2)]   # a placeholder slot, as a sliding window leaves
+    pool.touch(table)                                    # a second request shares the whole table
+    assert [b.ref_cnt for b in table[1:]] == [2, 2], "touch adds one user to every real block"
+    pool.free_blocks(reversed(table))                    # first owner leaves
+    assert pool.null_block not in pool.free_block_queue.get_all_free_blocks(), (
+        "the null block's ref_cnt is not maintained: free_blocks must never append it to the free "
+        "queue, whatever its counter reads (skip blocks with is_null)")
+    pool.free_blocks(reversed(table))                    # second owner leaves
+    assert queue_ids(pool) == [3, 4, 5, 2, 1], (
+        f"after both frees the queue holds the 5 usable blocks and never block 0; got {queue_ids(pool)}")
+    check_invariants(pool)
 
 
 def test_identical_content_gets_distinct_blocks_I2():
@@ -155,6 +175,12 @@ def test_identical_content_gets_distinct_blocks_I2():
     assert pool.get_cached_block(hashes[0]) is a[0], (
         "with one block per hash, the block indexed FIRST keeps the entry (no de-duplication)")
     assert all(blk.ref_cnt == 1 for blk in a + b), "caching must not change reference counts"
+    check_invariants(pool)
+    pool.free_blocks(reversed(b))                       # b's duplicates go idle, then get reused
+    pool.get_new_blocks(pool.get_num_free_blocks())
+    assert pool.get_cached_block(hashes[0]) is a[0] and pool.get_cached_block(hashes[1]) is a[1], (
+        "reusing a duplicate block must not evict the OTHER block that owns the index entry: "
+        "_maybe_evict_cached_block may delete the entry only when it points at the block being reused")
     check_invariants(pool)
 
 

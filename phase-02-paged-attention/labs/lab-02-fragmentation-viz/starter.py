@@ -40,32 +40,32 @@ def first_fit(holes: list[tuple[int, int]], size: int) -> int | None:
     """Carve `size` contiguous slots out of the first hole (start, length) big enough.
     Mutates `holes` (shrinks or drops that hole) and returns the start, or None if no hole fits."""
     raise NotImplementedError(
-        'first_fit: walk holes in order; at the first (start, length) with length >= size, '
-        'shrink it to (start+size, length-size) or pop it when equal, and return start; None '
-        'if none fits')
+        'first_fit: scan the holes in order and use the FIRST one that is long enough; the '
+        'request takes that hole\'s beginning, so what is left of the hole starts later (and an '
+        'exact fit leaves nothing)')
 
 
 def contiguous_admit(used_lens: list[int], total_slots: int, max_len: int) -> AdmitResult:
     """Admit requests in order; each reserves a contiguous run of max_len slots (first fit)."""
     raise NotImplementedError(
-        'contiguous_admit: start with holes = [(0, total_slots)]; for each request call '
-        'first_fit(holes, max_len); None -> rejected += 1, else admitted += 1, used += n, '
-        'wasted += max_len - n')
+        'contiguous_admit: the pool starts as one big hole; every arrival asks first_fit for a '
+        'whole max_len run whatever it will use; a refusal is counted, not raised, and only '
+        'admitted requests waste anything')
 
 
 def paged_admit(used_lens: list[int], total_slots: int, block_size: int) -> AdmitResult:
     """Admit requests in order; each takes ceil(used / block_size) blocks from anywhere."""
     raise NotImplementedError(
-        'paged_admit: free_blocks = total_slots // block_size; each request needs cdiv(n, '
-        'block_size) blocks; reject if need > free_blocks, else take them and add '
-        'need*block_size - n to wasted')
+        'paged_admit: think in whole blocks (a partial block at the end of the pool is not a '
+        'block); a request needs enough blocks to cover ALL its tokens (round up), and its waste '
+        'is only the unused end of its last block')
 
 
 def sweep_block_size(used_len: int, block_sizes: list[int]) -> list[tuple[int, int, int]]:
     """(block_size, wasted slots per request, block-table entries per request) for each size."""
     raise NotImplementedError(
-        'sweep_block_size: for each bs, need = cdiv(used_len, bs); append (bs, need*bs - '
-        'used_len, need)')
+        'sweep_block_size: one row per block size: the blocks a used_len-token request needs '
+        'is also its number of block-table entries; the waste follows from it')
 
 
 def lognormal_workload(n: int, seed: int, median: int = 300, sigma: float = 0.8,
@@ -166,6 +166,8 @@ def plot(data: dict, path: Path) -> None:
     ax.set_yscale("symlog", linthresh=1)
     ax.set_ylim(0, 400)
     ax.set_xlabel("block_size (used_len = 33)")
+    ax.set_ylabel("per request (log)")
+    ax.set_title("Block size trade-off: tail waste vs block-table length", fontsize=10)
     ax.legend(fontsize=8)
 
     ax = axes[2]

@@ -3,7 +3,7 @@ from course.harness import load_lab
 lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
 
 
-def test_spec_default_workload_numbers():
+def test_default_workload_numbers():
     lens = [32] * 64
     c = lab.contiguous_admit(lens, total_slots=4096, max_len=512)
     p = lab.paged_admit(lens, total_slots=4096, block_size=16)
@@ -45,6 +45,10 @@ def test_rejections_are_counted_not_raised():
     assert (c.admitted, c.rejected) == (1, 4), f"one 64-slot run fits in 100 slots; got {c}"
     assert (p.admitted, p.rejected) == (2, 3), (
         f"100 slots = 6 whole blocks of 16; each 40-token request needs 3 -> 2 admitted, 3 rejected; got {p}")
+    p = lab.paged_admit([16] * 7, total_slots=100, block_size=16)
+    assert (p.admitted, p.rejected) == (6, 1), (
+        f"a 100-slot pool holds 100 // 16 = 6 whole blocks: the last 4 slots are not a block, so only 6 "
+        f"one-block requests fit; got {p}")
 
 
 def test_paged_admits_at_least_as_many_on_seeded_workloads():

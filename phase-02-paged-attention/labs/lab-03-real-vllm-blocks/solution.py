@@ -227,8 +227,10 @@ def main() -> None:
         first = next(iter(r["tables"].values()))
         shared = first[:num_shared_blocks(length)]
         print(f"{n} identical {length}-token prompts, same step: table of req-0 = {first}")
-        print(f"  shared blocks {shared} at ref_cnt {n}; each request's last block is private "
-              f"(ref_cnt {r['ref_cnt'][first[-1]]})")
+        shared_refs = sorted({r["ref_cnt"][b] for b in shared})
+        tails = sorted({r["ref_cnt"][t[-1]] for t in r["tables"].values()})
+        print(f"  shared blocks {shared} at ref_cnt {', '.join(map(str, shared_refs))}; each request's "
+              f"last block is private (ref_cnt {', '.join(map(str, tails))})")
         print(f"  real prefix cache: {r['hits']} hits / {r['queries']} queries = "
               f"{100 * r['hits'] / r['queries']:.1f}%  (predicted {100 * predicted_hit_rate(n, length):.1f}%)")
     print(f"ceiling for 8 requests: 7/8 = {100 * 7 / 8:.1f}%; a 1,601-token prompt reaches "

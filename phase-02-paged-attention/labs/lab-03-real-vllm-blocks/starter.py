@@ -55,29 +55,29 @@ def cdiv(a: int, b: int) -> int:
 def kv_bytes_per_token(shape: ModelShape) -> int:
     """K and V, for every layer and KV head: 2 x layers x kv_heads x head_dim x dtype_bytes."""
     raise NotImplementedError(
-        'kv_bytes_per_token: return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes '
-        '(the 2 is K and V)')
+        'kv_bytes_per_token: every layer stores a key AND a value vector per KV head for each '
+        'token; multiply the ModelShape fields that count those vectors and their bytes')
 
 
 def bytes_per_block(shape: ModelShape, block_size: int) -> int:
     """One block id reserves block_size token slots in EVERY layer."""
     raise NotImplementedError(
-        'bytes_per_block: a block holds block_size tokens in every layer: block_size * '
-        'kv_bytes_per_token(shape)')
+        'bytes_per_block: one block id reserves block_size token slots in EVERY layer at once; '
+        'build on kv_bytes_per_token')
 
 
 def predict_num_blocks(shape: ModelShape, available_bytes: int, block_size: int = 16) -> int:
     """Blocks vLLM carves from `available_bytes` of KV memory (whole blocks only, rounded down)."""
     raise NotImplementedError(
-        'predict_num_blocks: integer-divide the available bytes by bytes_per_block(shape, '
-        'block_size)')
+        'predict_num_blocks: vLLM only carves whole blocks out of the budget: round down, '
+        'never up')
 
 
 def max_concurrency(num_blocks: int, block_size: int, max_model_len: int) -> float:
     """How many max_model_len-token requests fit at once: blocks / blocks-per-full-request."""
     raise NotImplementedError(
-        'max_concurrency: a full request needs cdiv(max_model_len, block_size) blocks; return'
-        ' num_blocks / that (a float)')
+        'max_concurrency: how many blocks does one max_model_len-token request occupy (a '
+        'partial last block still costs a whole one)? return the ratio as a float')
 
 
 _KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
@@ -92,24 +92,25 @@ def parse_startup_log(text: str) -> dict:
     "available_gib": float | None}; raises ValueError when the two capacity lines are missing.
     """
     raise NotImplementedError(
-        "parse_startup_log: re.search for 'GPU KV cache size: N tokens', 'Maximum concurrency"
-        " for N tokens per request: X.XXx' and (optional) 'Available KV cache memory: G GiB';"
-        ' drop the commas; ValueError if either of the first two is missing')
+        "parse_startup_log: one regular expression per message (the prefix before it varies); "
+        "numbers are printed with thousands separators and the concurrency ends in 'x'; the "
+        "'Available KV cache memory' line is optional, the other two are not (ValueError)")
 
 
 def num_shared_blocks(prompt_len: int, block_size: int = 16) -> int:
     """Blocks a later copy of the same prompt can take from the prefix cache: whole blocks only,
     and never the last token (it must be computed to produce logits), so (prompt_len - 1) // bs."""
     raise NotImplementedError(
-        'num_shared_blocks: whole blocks below the last token: (prompt_len - 1) // block_size')
+        'num_shared_blocks: hits come in whole blocks, and the last prompt token is never a hit '
+        '(its logits must be computed)')
 
 
 def predicted_hit_rate(num_requests: int, prompt_len: int, block_size: int = 16) -> float:
     """Token hit rate when `num_requests` identical prompts arrive together: the first request
     misses everything; each later one hits num_shared_blocks whole blocks."""
     raise NotImplementedError(
-        'predicted_hit_rate: each of the num_requests - 1 later requests hits '
-        'num_shared_blocks(...) * block_size tokens; divide by num_requests * prompt_len')
+        'predicted_hit_rate: the first request finds an empty cache; every later one hits '
+        'num_shared_blocks(...) whole blocks; the rate counts tokens over ALL requests\' prompts')
 
 
 # ----------------------------------------------------------------------------- real vLLM on CPU (provided)
@@ -235,8 +236,10 @@ def main() -> None:
         first = next(iter(r["tables"].values()))
         shared = first[:num_shared_blocks(length)]
         print(f"{n} identical {length}-token prompts, same step: table of req-0 = {first}")
-        print(f"  shared blocks {shared} at ref_cnt {n}; each request's last block is private "
-              f"(ref_cnt {r['ref_cnt'][first[-1]]})")
+        shared_refs = sorted({r["ref_cnt"][b] for b in shared})
+        tails = sorted({r["ref_cnt"][t[-1]] for t in r["tables"].values()})
+        print(f"  shared blocks {shared} at ref_cnt {', '.join(map(str, shared_refs))}; each request's "
+              f"last block is private (ref_cnt {', '.join(map(str, tails))})")
         print(f"  real prefix cache: {r['hits']} hits / {r['queries']} queries = "
               f"{100 * r['hits'] / r['queries']:.1f}%  (predicted {100 * predicted_hit_rate(n, length):.1f}%)")
     print(f"ceiling for 8 requests: 7/8 = {100 * 7 / 8:.1f}%; a 1,601-token prompt reaches "

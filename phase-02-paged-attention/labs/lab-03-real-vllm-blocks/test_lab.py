@@ -6,7 +6,8 @@ import pytest
 
 GiB = 1 << 30
 
-# A startup log as a GPU box prints it (prefixes vary; the messages are what run.py parses).
+# A startup log in the format a GPU box prints (prefixes vary; the messages are what run.py parses).
+# The figures are made up but consistent: 218,448 tokens / 16 = 13,653 blocks; / 128 = 106.66x.
 GPU_LOG = """\
 INFO 11-21 10:00:01 [gpu_worker.py:465] Available KV cache memory: 7.50 GiB
 INFO 11-21 10:00:01 [kv_cache_utils.py:1733] GPU KV cache size: 218,448 tokens

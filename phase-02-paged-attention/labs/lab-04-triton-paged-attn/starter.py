@@ -54,11 +54,11 @@ def _paged_decode_kernel(
     HEAD_DIM_P2: tl.constexpr,             # HEAD_DIM rounded up to a power of two
 ):
     raise NotImplementedError(
-        '_paged_decode_kernel: load q for the GROUP query heads of this KV head; set m=-inf, '
-        'l=0, acc=0 (fp32); loop i over tl.cdiv(seq_len, BLOCK_SIZE) logical blocks: physical'
-        ' = tl.load(block_tables_ptr + seq*stride_bt + i), load the K and V tiles of that '
-        'block (mask rows with i*BLOCK_SIZE + t < seq_len), scores = sum(q*k)*scale with '
-        'masked rows at -inf, then the online-softmax update; finally store acc / l')
+        '_paged_decode_kernel: this program owns one (sequence, KV head) pair and the GROUP '
+        'query heads that read it. Keep the running max, sum and accumulator in fp32 and walk '
+        'the logical blocks, reading each physical id from the block table before loading that '
+        'block\'s K and V tiles. Rows past seq_len in the last block must be masked twice: in '
+        'the loads and in the scores (-inf)')
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -94,10 +94,9 @@ def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     """Slow, obvious reference: for each sequence, walk its logical blocks, copy the valid rows
     out through the table, then do a plain softmax in fp32. Use it to debug the kernel."""
     raise NotImplementedError(
-        'paged_attention_torch: for each sequence walk ceil(n / block_size) logical blocks, '
-        'take k_cache[block_tables[s, i], :valid] (valid = rows of this block below n), '
-        'torch.cat them, repeat_interleave the KV heads by the group size, softmax(q K^T / '
-        'sqrt(d)) V in fp32, cast back')
+        'paged_attention_torch: per sequence, copy out exactly seq_len rows of K and V by '
+        'walking its logical blocks through block_tables (the last block is partial), then do '
+        'ordinary softmax attention in fp32; query head h reads KV head h // group')
 
 
 def make_problem(num_seqs: int, num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,

@@ -40,18 +40,16 @@ def prefill(kv: KVCacheManager, token_ids: list[int], request_id: str) -> Prefil
     A None from allocate_slots means "does not fit": raise MemoryError (nothing was changed).
     """
     raise NotImplementedError(
-        'prefill: request = Request(request_id, token_ids, SamplingParams(max_tokens=1)); '
-        'hits, cached = kv.get_computed_blocks(request); new = kv.allocate_slots(request, '
-        'request.num_tokens - cached, cached, hits) (None -> MemoryError); THEN '
-        'request.num_computed_tokens = request.num_tokens; return Prefilled(request, cached, '
-        '[b.block_id for b in new])')
+        'prefill: follow the five steps of the docstring in order. allocate_slots wants the '
+        'number of tokens still to compute PLUS the hits (their token count and their blocks) '
+        'as separate arguments; the request\'s counter moves only after it said yes')
 
 
 def ref_counts(kv: KVCacheManager, request: Request) -> list[int]:
     """ref_cnt of every block in the request's block table, in logical order."""
     raise NotImplementedError(
-        'ref_counts: one line: [kv.block_pool.blocks[i].ref_cnt for i in '
-        'kv.get_block_ids(request.request_id)]')
+        'ref_counts: the manager gives you the block ids of a request\'s table; the pool keeps '
+        'the KVCacheBlock objects, indexed by id')
 
 
 def main() -> None:

@@ -93,6 +93,21 @@ def test_cached_free_blocks_are_revived_not_recomputed():
     assert not set(ta[:7]) & set(queue), "touch must have pulled the revived blocks out of the free queue"
 
 
+def test_prefill_that_does_not_fit_raises_and_changes_nothing():
+    kv = KVCacheManager(num_gpu_blocks=10, block_size=BS)       # 9 usable blocks
+    lab.prefill(kv, PROMPT, "A")                                   # takes 8
+    other = [7] * 32                                               # no hit possible: needs 8 more
+    try:
+        lab.prefill(kv, other, "C")
+    except MemoryError:
+        pass
+    else:
+        raise AssertionError("allocate_slots returned None (8 blocks needed, 1 free): prefill must raise "
+                             "MemoryError instead of admitting the request")
+    assert kv.get_block_ids("C") == [] and kv.block_pool.get_num_free_blocks() == 1, (
+        "a refused admission must leave no trace: no table for C, the one free block still free")
+
+
 def test_caching_disabled_means_no_sharing():
     kv = KVCacheManager(num_gpu_blocks=20, block_size=BS, enable_caching=False)
     a = lab.prefill(kv, PROMPT, "A")

@@ -24,16 +24,17 @@ def build_slot_mapping(block_table: np.ndarray, block_size: int, start: int, num
     """Flat slot index of each token start .. start+num_tokens-1 (int64, length num_tokens).
     A decode step writes one token at start = seq_len; a prefill chunk writes its whole range."""
     raise NotImplementedError(
-        'build_slot_mapping: t = np.arange(start, start + num_tokens); return block_table[t '
-        '// block_size] * block_size + t % block_size (as int64)')
+        'build_slot_mapping: token t lives in LOGICAL block t // block_size, which the table '
+        'maps to a PHYSICAL block; its row inside that block is t % block_size. Vectorize over '
+        'the token positions with np.arange and return int64')
 
 
 def write_kv(k_cache: np.ndarray, v_cache: np.ndarray, new_k: np.ndarray, new_v: np.ndarray,
              slot_mapping: np.ndarray) -> None:
     """Scatter new_k/new_v rows ([n, kv_heads, dim]) into the flat caches at slot_mapping, in place."""
     raise NotImplementedError(
-        'write_kv: check the three lengths agree (ValueError), then fancy-index assign: '
-        'k_cache[slot_mapping] = new_k and v_cache[slot_mapping] = new_v')
+        'write_kv: one slot per new token (refuse mismatched lengths with ValueError); numpy '
+        'fancy indexing with an integer array on the left of = scatters rows in one statement')
 
 
 def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, block_table: np.ndarray,
@@ -45,10 +46,9 @@ def paged_attention(q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, blo
     Returns [num_heads, head_dim] = softmax(K q / sqrt(d)) V per head, over exactly seq_len tokens.
     """
     raise NotImplementedError(
-        'paged_attention: slots = build_slot_mapping(block_table, block_size, 0, seq_len) '
-        '(exactly seq_len rows!); k = k_cache[slots]; per head h use kv head h // (num_heads '
-        '// num_kv_heads): scores = k[:, kv] @ q[h] / sqrt(d), subtract the max, softmax, '
-        'times v[:, kv]')
+        'paged_attention: your build_slot_mapping is also the READ map: gather exactly seq_len '
+        'rows (not the whole last block), then ordinary softmax attention per query head with '
+        'the max subtracted; neighbouring query heads share a KV head (GQA groups are contiguous)')
 
 
 def main() -> None:

@@ -118,3 +118,10 @@ def test_gqa_maps_query_heads_onto_shared_kv_heads():
     want = dense_attention(q, k, v)
     assert np.allclose(got, want, rtol=0, atol=1e-12), (
         "with 8 query heads and 2 KV heads, query head h must read KV head h // 4")
+    q, k, v, k_cache, v_cache = setup(20, table, heads=6, kv_heads=3, dim=4, seed=6)
+    got = lab.paged_attention(q, k_cache, v_cache, table, 20, BS)
+    want = dense_attention(q, k, v)
+    bad = [h for h in range(6) if not np.allclose(got[h], want[h], rtol=0, atol=1e-12)]
+    assert not bad, (
+        f"with 6 query heads and 3 KV heads (groups of 2), query heads {bad} read the wrong KV head: "
+        f"heads 0,1 -> KV 0, heads 2,3 -> KV 1, heads 4,5 -> KV 2, i.e. h // group (not h % anything)")

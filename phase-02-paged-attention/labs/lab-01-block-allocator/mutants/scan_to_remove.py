@@ -73,10 +73,10 @@ class FreeKVCacheBlockQueue:
             node = node.next_free_block
         if node is self._tail:
             raise RuntimeError(f"block {block.block_id} is not in the free queue")
-        prev, nxt = node.prev_free_block, node.next_free_block
-        prev.next_free_block = nxt
-        nxt.prev_free_block = prev
-        block.prev_free_block = block.next_free_block = None
+        before, after = node.prev_free_block, node.next_free_block
+        before.next_free_block, after.prev_free_block = after, before   # neighbours skip `block`
+        block.prev_free_block = None                                    # a free-standing block again
+        block.next_free_block = None
         self.num_free_blocks -= 1
 
     def append(self, block: KVCacheBlock) -> None:
@@ -127,9 +127,11 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block: dict[bytes, KVCacheBlock] = {}
-        # Block 0 becomes the placeholder for "no real KV here"; it is never handed out.
-        self.null_block = self.free_block_queue.popleft()
-        self.null_block.is_null = True
+        # The queue starts in id order, so this takes block 0: the placeholder for "no real KV
+        # here". It never goes back to the queue, so it is never handed out.
+        reserved = self.free_block_queue.popleft()
+        reserved.is_null = True
+        self.null_block = reserved
 
     def get_num_free_blocks(self) -> int:
         return self.free_block_queue.num_free_blocks
@@ -142,13 +144,13 @@ class BlockPool:
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Hand out `num_blocks` blocks from the front of the free queue, each with ref_cnt 1.
         A popped block may still be a cached eviction candidate: forget that first."""
-        if num_blocks > self.get_num_free_blocks():
-            raise ValueError(f"cannot get {num_blocks} free blocks from the pool "
-                             f"({self.get_num_free_blocks()} free)")
+        available = self.get_num_free_blocks()
+        if num_blocks > available:        # check before popping anything: a refusal changes nothing
+            raise ValueError(f"cannot get {num_blocks} free blocks from the pool ({available} free)")
         out = []
         for _ in range(num_blocks):
             block = self.free_block_queue.popleft()
-            if self.enable_caching:
+            if self.enable_caching:       # it may be cached-idle (I4): invalidate the old content
                 self._maybe_evict_cached_block(block)
             assert block.ref_cnt == 0, f"block {block.block_id} was free with ref_cnt {block.ref_cnt}"
             block.ref_cnt = 1
@@ -170,8 +172,9 @@ class BlockPool:
         """A prefix hit: one more user for each block. A block at ref_cnt 0 sits in the free
         queue (an eviction candidate), so it is unlinked from there first, in O(1)."""
         for block in blocks:
-            if block.ref_cnt == 0 and not block.is_null:
-                self.free_block_queue.remove(block)
+            idle = block.ref_cnt == 0 and not block.is_null   # idle blocks live in the queue (I1)
+            if idle:
+                self.free_block_queue.remove(block)            # O(1), wherever it sits
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
@@ -183,9 +186,10 @@ class BlockPool:
                 raise ValueError(f"double free of block {block.block_id}")
         for block in blocks:
             block.ref_cnt -= 1
-        for block in blocks:
-            if block.ref_cnt == 0 and not block.is_null:
-                self.free_block_queue.append(block)
+        # The null block's count is not maintained: whatever it reads, it never joins the queue.
+        now_idle = [b for b in blocks if b.ref_cnt == 0 and not b.is_null]
+        for block in now_idle:
+            self.free_block_queue.append(block)
 
     def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[bytes],
                           num_cached_blocks: int = 0) -> None:

@@ -184,6 +184,8 @@ def plot(data: dict, path: Path) -> None:
     ax.set_yscale("symlog", linthresh=1)
     ax.set_ylim(0, 400)
     ax.set_xlabel("block_size (used_len = 33)")
+    ax.set_ylabel("per request (log)")
+    ax.set_title("Block size trade-off: tail waste vs block-table length", fontsize=10)
     ax.legend(fontsize=8)
 
     ax = axes[2]

@@ -45,14 +45,16 @@ def route(x: np.ndarray, W_gate: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     logits only (select, then normalise), so every row sums to 1.
     """
     raise NotImplementedError(
-        "route: logits = x @ W_gate.T; take each row's k largest (np.argsort(-logits, axis=1, kind='stable')[:, :k]); softmax over those k logits only"
+        "route: score every expert (x @ W_gate.T), keep each token's k best (a stable sort of the NEGATED scores keeps "
+        "best-first order and sends ties to the lower id; np.take_along_axis fetches the chosen logits), then "
+        "softmax over just those k logits, not over all E"
     )
 
 
 def expert_mlp(x: np.ndarray, W1: np.ndarray, W2: np.ndarray) -> np.ndarray:
     """One expert on a block of rows: ``relu(x @ W1) @ W2`` (shape in = shape out = ``(n, d)``)."""
     raise NotImplementedError(
-        "expert_mlp: return relu(x @ W1) @ W2 (np.maximum(..., 0.0) between the two matmuls)"
+        "expert_mlp: two matmuls with a ReLU between them; the ReLU is an elementwise max against zero"
     )
 
 
@@ -61,7 +63,8 @@ def moe_forward_reference(x: np.ndarray, experts: list[Expert], topk_ids: np.nda
     """The oracle: for every token, for each of its k experts, run that expert on that one row
     and add ``weight · output``. ``T·k`` tiny expert calls, token-major order."""
     raise NotImplementedError(
-        "moe_forward_reference: for each token t and slot j, out[t] += topk_weights[t, j] * expert_mlp(x[t:t+1], *experts[topk_ids[t, j]])[0]"
+        "moe_forward_reference: two plain loops, over tokens and over each token's k slots; run that slot's expert on "
+        "the single row (keep it 2-D: x[t:t+1]) and add the output, scaled by the slot's gate weight, to the token's row"
     )
 
 
@@ -78,7 +81,9 @@ def permute(x: np.ndarray, topk_ids: np.ndarray, num_experts: int) -> tuple[np.n
       starting at 0; vLLM calls it ``expert_first_token_offset``).
     """
     raise NotImplementedError(
-        "permute: flat = topk_ids.reshape(-1); order = np.argsort(flat, kind='stable'); offsets = [0] + cumsum(bincount(flat, minlength=E)); rows are x[order // k]"
+        "permute: flatten topk_ids to T*k expert ids, find the order that sorts them (stable, so each expert's rows "
+        "stay in token order), count rows per expert for the offsets (they start at 0), and remember that flat "
+        "index i belongs to token i // k, not to token i"
     )
 
 
@@ -90,7 +95,9 @@ def unpermute(y_sorted: np.ndarray, order: np.ndarray, topk_weights: np.ndarray,
     indices (``np.add.at``); ``out[idx] += ...`` keeps only one of them.
     """
     raise NotImplementedError(
-        "unpermute: weight sorted row r by topk_weights.reshape(-1)[order[r]] and ACCUMULATE it into out[order[r] // k] with np.add.at (each token appears k times)"
+        "unpermute: sorted row r came from flat index order[r]; scale it by that flat index's gate weight and add it "
+        "to its token's row. Every token receives k rows, so the scatter has repeated destinations: use an "
+        "accumulating scatter (numpy has one in np.add), not out[idx] += ..."
     )
 
 
@@ -99,7 +106,8 @@ def moe_forward_grouped(x: np.ndarray, experts: list[Expert], topk_ids: np.ndarr
     """Expert-major forward: permute, one ``expert_mlp`` call per expert that received rows
     (on its whole contiguous block), then un-permute and combine. Must equal the reference."""
     raise NotImplementedError(
-        "moe_forward_grouped: permute, call expert_mlp once per expert on rows offsets[e]:offsets[e+1] (skip empty experts), then unpermute"
+        "moe_forward_grouped: permute, then one expert_mlp call per expert on its whole contiguous block of rows "
+        "(an expert with no rows gets no call), then unpermute"
     )
 
 

@@ -88,7 +88,11 @@ class TorchMoE(torch.nn.Module):
         sum each token's k rows.
         """
         raise NotImplementedError(
-            "forward_grouped: copy forward_naive's router and topk regions, then in 'moe/permute' argsort(ids.reshape(-1), stable=True) + bincount + x[order // k], in 'moe/experts' call self.expert(e, block) once per expert with rows, in 'moe/combine' y[order] = y_sorted and sum y.view(T, k, -1) * weights[..., None] over k"
+            "forward_grouped: the router and top-k regions are the same as forward_naive's. Then lab 01's recipe in "
+            "torch, each step in its own record_function label: sort the flat expert ids (stably) and count them, "
+            "gather each assignment's token row (flat id i is token i // k), call self.expert once per expert "
+            "that got rows, and in the combine put every output row back at its flat position before weighting "
+            "and summing each token's k rows"
         )
 
     def forward(self, x: torch.Tensor, mode: str = "grouped") -> torch.Tensor:
@@ -134,7 +138,9 @@ def summarize_profile(events) -> dict[str, RegionStats]:
     ops named in ``MATMUL_OPS`` and ``flops`` sums their ``.flops``.
     """
     raise NotImplementedError(
-        "summarize_profile: count events named 'moe/...' as calls; for every other event walk ev.cpu_parent up to the first 'moe/' label and count ev.name there; ops in MATMUL_OPS also add 1 to matmuls and ev.flops to flops"
+        "summarize_profile: a 'moe/' event is one call of its label; any other event is an op, charged to the "
+        "NEAREST 'moe/' label among its ancestors (follow cpu_parent upwards; ops with no such ancestor are "
+        "ignored). Only the leaf GEMMs in MATMUL_OPS count as matmuls and contribute their .flops"
     )
 
 

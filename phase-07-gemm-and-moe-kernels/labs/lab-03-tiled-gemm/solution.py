@@ -75,7 +75,9 @@ def reuse_factor(tile_m: int, tile_n: int) -> float:
 
 
 # --------------------------------------------------------------------------- what you should see
-RIDGES = {"A100": 312e12 / 2.0e12, "H100 SXM": 989e12 / 3.35e12}   # dense bf16 FLOP/s / HBM B/s, datasheets
+# Ridge point = dense bf16 FLOP/s / HBM bytes/s. A100: 312 TFLOP/s over ~2.0 TB/s (80 GB SXM: 2,039 GB/s),
+# rounded as in Phase 00; H100 SXM: 989 TFLOP/s over 3.35 TB/s. NVIDIA A100 and H100 datasheets.
+RIDGES = {"A100": 312e12 / 2.0e12, "H100 SXM": 989e12 / 3.35e12}
 
 
 def main() -> None:

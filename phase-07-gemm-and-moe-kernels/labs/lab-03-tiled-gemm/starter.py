@@ -46,33 +46,39 @@ def tiled_gemm(A: np.ndarray, B: np.ndarray, tile_m: int, tile_n: int, meter: Lo
     predication, Triton a mask.
     """
     raise NotImplementedError(
-        "tiled_gemm: for i0 in range(0, M, tile_m), j0 in range(0, N, tile_n): clip with min(); a = meter.load(A[i0:i1, :]); b = meter.load(B[:, j0:j1]); C[i0:i1, j0:j1] = a @ b"
+        "tiled_gemm: two loops over the tile grid (rows of C in steps of tile_m, columns in steps of tile_n) that "
+        "also visit the partial last tile; clip each tile's end to the matrix; stage the tile's A panel (its rows, "
+        "all of K) and B panel (all of K, its columns) through meter.load exactly once each, and multiply them"
     )
 
 
 def naive_traffic(M: int, N: int, K: int) -> int:
     """Element loads of the untiled algorithm: each of the M·N outputs reads a row of A and a column of B."""
     raise NotImplementedError(
-        "naive_traffic: each of the M*N outputs reads K elements of A and K of B: return M * N * 2 * K"
+        "naive_traffic: count what ONE output element reads (a row of A and a column of B), then how many outputs there are"
     )
 
 
 def tiled_traffic(M: int, N: int, K: int, tile_m: int, tile_n: int) -> int:
     """Element loads of the tiled algorithm: ``M·K·ceil(N/tile_n) + K·N·ceil(M/tile_m)``."""
     raise NotImplementedError(
-        "tiled_traffic: return M*K*ceil(N/tile_n) + K*N*ceil(M/tile_m) (math.ceil: a partial tile still loads full panels)"
+        "tiled_traffic: all of A is loaded once per COLUMN of tiles and all of B once per ROW of tiles; a partial "
+        "edge tile still loads whole panels, so count the tiles rounding up"
     )
 
 
 def reuse_factor(tile_m: int, tile_n: int) -> float:
     """How many times fewer loads than naive (tiles dividing the matrix): ``2 / (1/tile_m + 1/tile_n)``."""
     raise NotImplementedError(
-        "reuse_factor: the harmonic mean of the tile sides, 2 / (1/tile_m + 1/tile_n)"
+        "reuse_factor: divide naive_traffic by tiled_traffic for tiles that divide the matrix and simplify: the "
+        "M, N and K cancel and a mean of the two tile sides is left (which mean?)"
     )
 
 
 # --------------------------------------------------------------------------- what you should see
-RIDGES = {"A100": 312e12 / 2.0e12, "H100 SXM": 989e12 / 3.35e12}   # dense bf16 FLOP/s / HBM B/s, datasheets
+# Ridge point = dense bf16 FLOP/s / HBM bytes/s. A100: 312 TFLOP/s over ~2.0 TB/s (80 GB SXM: 2,039 GB/s),
+# rounded as in Phase 00; H100 SXM: 989 TFLOP/s over 3.35 TB/s. NVIDIA A100 and H100 datasheets.
+RIDGES = {"A100": 312e12 / 2.0e12, "H100 SXM": 989e12 / 3.35e12}
 
 
 def main() -> None:

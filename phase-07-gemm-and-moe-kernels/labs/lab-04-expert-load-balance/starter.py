@@ -46,14 +46,16 @@ def expert_loads(topk_ids: np.ndarray, num_experts: int) -> np.ndarray:
     """Assignments per expert, shape ``(num_experts,)``. Every entry of ``topk_ids`` counts once,
     so a token routed to the same expert twice counts twice, and unused experts count 0."""
     raise NotImplementedError(
-        "expert_loads: count every entry of topk_ids (duplicates count twice): np.bincount(topk_ids.reshape(-1), minlength=num_experts)"
+        "expert_loads: a histogram of every entry of topk_ids (a token that picks the same expert twice counts twice); "
+        "make sure experts nobody picked still get a 0 and the result has num_experts entries"
     )
 
 
 def imbalance(loads: np.ndarray) -> float:
     """Max load over mean load: 1.0 is perfect balance; 5 means the hottest expert does five fair shares."""
     raise NotImplementedError(
-        "imbalance: return max(loads) / mean(loads) as a float"
+        "imbalance: how many 'fair shares' the busiest expert carries; a fair share is the load every expert would "
+        "have if the total were spread evenly"
     )
 
 
@@ -61,14 +63,16 @@ def ep_step_time(loads: np.ndarray, num_devices: int, placement: np.ndarray | No
     """The busiest device's load. Expert ``e`` lives on ``placement[e]`` (default round-robin,
     ``e % num_devices``); a device's load is the sum of its experts' loads (co-located experts add)."""
     raise NotImplementedError(
-        "ep_step_time: placement defaults to np.arange(E) % num_devices; sum each device's expert loads (np.bincount with weights) and return the max"
+        "ep_step_time: default placement puts expert e on device e % num_devices; add up the loads of the experts "
+        "that share a device, and remember that the layer is a barrier: everyone waits for the slowest device"
     )
 
 
 def parallel_efficiency(loads: np.ndarray, num_devices: int, placement: np.ndarray | None = None) -> float:
     """Useful work over paid-for work: ``sum(loads) / (num_devices × ep_step_time)``."""
     raise NotImplementedError(
-        "parallel_efficiency: return sum(loads) / (num_devices * ep_step_time(loads, num_devices, placement))"
+        "parallel_efficiency: useful work (all assignments) divided by the work the devices are paid for "
+        "(every device busy for the whole step)"
     )
 
 
@@ -76,7 +80,8 @@ def dropped_tokens(loads: np.ndarray, capacity_factor: float) -> int:
     """Assignments a capacity limit would drop. Each expert keeps at most
     ``capacity = floor(capacity_factor × mean load)`` assignments; the overflow is dropped."""
     raise NotImplementedError(
-        "dropped_tokens: capacity = math.floor(capacity_factor * sum(loads) / len(loads)); return the total of max(load - capacity, 0)"
+        "dropped_tokens: each expert keeps at most capacity_factor x (mean load) assignments, rounded DOWN to a whole "
+        "number; only the part of a load above that is dropped, never the whole expert"
     )
 
 
@@ -84,7 +89,8 @@ def expected_active_experts(batch: int, k: int, num_experts: int) -> float:
     """Expected number of distinct experts touched by ``batch`` tokens under uniform top-k routing:
     one token misses a given expert with probability ``(E - k) / E``."""
     raise NotImplementedError(
-        "expected_active_experts: a token misses a given expert with probability (E - k) / E; return E * (1 - ((E - k) / E) ** batch)"
+        "expected_active_experts: by linearity, sum over experts the probability that at least one token of the "
+        "batch picks it; one token with k distinct uniform picks misses a given expert with probability (E - k) / E"
     )
 
 

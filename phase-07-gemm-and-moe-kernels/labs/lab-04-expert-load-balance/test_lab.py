@@ -68,6 +68,10 @@ def test_capacity_drops_only_the_overflow():
     assert lab.dropped_tokens(loads, 0.5) == 7 + 0 + 3 + 3, (
         "capacity floor(0.5 x 6) = 3: drops 7 + 0 + 3 + 3 = 13; only the part above capacity is dropped, never a whole expert"
     )
+    assert lab.dropped_tokens(loads, 1.1) == 4, (
+        f"capacity floor(1.1 x 6) = floor(6.6) = 6 (an expert holds whole assignments: round DOWN), so 10 - 6 = 4 "
+        f"are dropped; got {lab.dropped_tokens(loads, 1.1)}"
+    )
 
 
 def test_capacity_drops_only_the_overflow_cf1():

@@ -1,4 +1,4 @@
-"""Lab 07-05 — a tiled, pipelined GEMM in Triton (starter: write program_tile and the kernel body).
+"""Lab 07-05 — a tiled, pipelined GEMM in Triton (starter: write program_tile, _grouped_tile and the kernel body).
 
 ``C = A @ B`` with ``A: (M, K)``, ``B: (K, N)``, any strides (so ``B`` may be ``W.T``, the way a
 linear layer stores its weight). One Triton *program* computes one ``BLOCK_M × BLOCK_N`` tile of
@@ -32,12 +32,16 @@ import triton  # noqa: E402  (imported after TRITON_INTERPRET is decided)
 import triton.language as tl  # noqa: E402
 
 # GPU launch configurations tried by bench.py (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages).
+# Staging buffers per config ≈ (BLOCK_M + BLOCK_N) · BLOCK_K · 2 bytes (bf16) · num_stages: 128 KiB for the
+# first, 144 KiB for the 3rd and 4th (A100/H100-class SMs), 96 KiB for the 2nd, 5th and 6th, which also
+# fit the 99 KB a block may use on an Ada GPU such as the L4.
 GPU_CONFIGS = [
-    (128, 256, 64, 8, 8, 3),
     (128, 128, 64, 8, 4, 4),
+    (128, 64, 64, 8, 4, 4),
+    (128, 256, 64, 8, 8, 3),
     (256, 128, 64, 8, 8, 3),
-    (128, 128, 32, 8, 4, 4),
-    (64, 256, 32, 8, 4, 4),
+    (64, 128, 64, 8, 4, 4),
+    (64, 64, 64, 8, 4, 6),
 ]
 
 
@@ -50,8 +54,19 @@ def program_tile(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tupl
     With ``group_m = 1`` this is plain row-major order.
     """
     raise NotImplementedError(
-        "program_tile: per_group = group_m * num_pid_n; first_m = (pid // per_group) * group_m; rows = min(num_pid_m - first_m, group_m); return (first_m + (pid % per_group) % rows, (pid % per_group) // rows)"
+        "program_tile: split pid into (which band of group_m tile rows, position inside that band) with divmod; "
+        "inside a band the ROW index changes fastest (down the band, then one column right), and the last band "
+        "may hold fewer than group_m rows, so measure its real height before you divide"
     )
+
+
+@triton.jit
+def _grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """The kernel-side twin of ``program_tile`` (same arithmetic, Triton integer ops)."""
+    # TODO: the same arithmetic as your program_tile, written with Triton integer ops
+    #       (// and tl.minimum; divmod does not exist inside a kernel); return (tile row, tile column).
+    tl.static_assert(False, "_grouped_tile is not written yet: see the TODO in starter.py")
+    return pid, pid
 
 
 @triton.jit
@@ -61,16 +76,15 @@ def matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     # TODO: one program computes one BLOCK_M x BLOCK_N tile of C.
-    #   1. pid = tl.program_id(0); turn it into (pid_m, pid_n) with the SAME grouped order as
-    #      program_tile (num_pid_m = tl.cdiv(M, BLOCK_M), num_pid_n = tl.cdiv(N, BLOCK_N), tl.minimum)
-    #   2. offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M); offs_n likewise; offs_k = tl.arange(0, BLOCK_K)
-    #      a_ptrs = A + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak   (b_ptrs with stride_bk, stride_bn)
-    #   3. acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    #      for k0 in range(0, tl.cdiv(K, BLOCK_K)): k_left = K - k0 * BLOCK_K
-    #          load a (mask rows < M and offs_k < k_left, other=0.0) and b (mask offs_k < k_left and cols < N)
-    #          acc = tl.dot(a, b, acc); advance a_ptrs by BLOCK_K * stride_ak and b_ptrs by BLOCK_K * stride_bk
-    #   4. tl.store(C + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(C.dtype.element_ty),
-    #      mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    #   1. Ask _grouped_tile which tile this program owns (it needs the number of tile rows and
+    #      columns: tl.cdiv of M and N by the block sizes).
+    #   2. Build the tile's row indices and column indices (vectors from tl.arange) and a mask for
+    #      each saying which of them fall inside the matrix.
+    #   3. Start a float32 accumulator of zeros. Walk K in steps of BLOCK_K: each step loads one
+    #      BLOCK_M x BLOCK_K tile of A and one BLOCK_K x BLOCK_N tile of B, addressed with all four
+    #      strides (B may be a transposed view), masked so that anything outside M, N or K reads 0.
+    #      The last step may run past K: make sure it still happens. Accumulate with tl.dot.
+    #   4. Store the accumulator, cast to C's element type (C.dtype.element_ty), masked to M x N.
     tl.static_assert(False, "matmul_kernel is not written yet: see the TODO in starter.py")
 
 

@@ -45,7 +45,7 @@ def test_matches_torch_on_whole_tiles():
     err = (c - a @ b).abs().max().item()
     assert err < 1e-4, (
         f"32x32x32 with 16x16x16 tiles (4 programs, 2 K steps) differs from torch.matmul by {err:.2e}: "
-        f"accumulate tl.dot over every K step and advance both pointers by BLOCK_K each step"
+        f"accumulate tl.dot over every K step, and address BOTH the A tile and the B tile at the current K offset"
     )
 
 
@@ -56,7 +56,7 @@ def test_ragged_edges_are_masked():
     err = (c - a @ b).abs().max().item()
     assert err < 1e-4, (
         f"37x19 @ 19x23 differs from torch.matmul by {err:.2e}: mask the loads (rows < M, k < K left, cols < N, "
-        f"other=0) and the store (rows < M, cols < N); the last K step is partial"
+        f"other=0) and the store (rows < M, cols < N); the last K step is partial and must still run"
     )
 
 
@@ -85,8 +85,19 @@ def test_full_shape_bf16_matches_torch_gpu():
     for (M, K, N) in [(4096, 4096, 4096), (4095, 1000, 4097)]:
         a, b = _rand(M, K, seed=9, dtype=torch.bfloat16, device="cuda"), _rand(K, N, seed=10, dtype=torch.bfloat16, device="cuda")
         ref = (a.float() @ b.float())
-        for cfg in lab.GPU_CONFIGS[:2]:
+        ran = 0
+        for cfg in lab.GPU_CONFIGS[:3]:
             bm, bn, bk, gm, nw, ns = cfg
-            c = lab.matmul(a, b, bm, bn, bk, gm, nw, ns).float()
+            try:
+                c = lab.matmul(a, b, bm, bn, bk, gm, nw, ns).float()
+            except Exception as exc:          # a config can need more shared memory than this GPU has
+                if "OutOfResources" in type(exc).__name__:
+                    continue
+                raise
+            ran += 1
             rel = ((c - ref).abs().max() / ref.abs().max()).item()
-            assert rel < 1e-2, f"{M}x{K}x{N} bf16 with config {cfg}: max error {rel:.2e} of the largest output (bf16 output, fp32 accumulation)"
+            assert rel < 1e-2, (
+                f"{M}x{K}x{N} bf16 with config {cfg}: max error {rel:.2e} of the largest output (bf16 output, fp32 "
+                f"accumulation); check the masks of the partial tiles in M, N and K"
+            )
+        assert ran, "none of the first three GPU_CONFIGS fits this GPU's shared memory: add a smaller one"

@@ -65,55 +65,58 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[t
 # --------------------------------------------------------------------------- the lab, part 2
 @triton.jit
 def grouped_gemm_kernel(
-    A, B, C, SortedIds, ExpertIds, NumPostPadded, TopkWeights,
+    X, W, Out, RowIds, BlockExpert, NumUsed, Gate,
     N, K, num_valid,
-    stride_am, stride_ak, stride_be, stride_bk, stride_bn, stride_cm, stride_cn,
-    TOP_K: tl.constexpr, MUL_WEIGHT: tl.constexpr,
+    stride_xr, stride_xk, stride_we, stride_wk, stride_wn, stride_or, stride_on,
+    TOP_K: tl.constexpr, APPLY_GATE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(NumPostPadded):          # a block past the padded end: nothing to do
+    blk = tl.program_id(0)                                   # which BLOCK_M slots of the sorted order
+    if blk * BLOCK_M >= tl.load(NumUsed):                    # past the padded end (the grid is worst-case)
         return
-    ids = tl.load(SortedIds + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))   # flat (token, slot) ids
-    valid = ids < num_valid                                               # padding rows hold num_valid
-    expert = tl.load(ExpertIds + pid_m).to(tl.int64)
-
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = A + (ids // TOP_K)[:, None] * stride_am + offs_k[None, :] * stride_ak   # gather token rows
-    b_ptrs = B + expert * stride_be + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    flat = tl.load(RowIds + blk * BLOCK_M + tl.arange(0, BLOCK_M))   # flat (token, slot) ids
+    live = flat < num_valid                                  # padding slots hold num_valid
+    src = flat // TOP_K                                      # the row of X each assignment reads
+    expert = tl.load(BlockExpert + blk).to(tl.int64)         # one expert for the whole block
+    w_base = W + expert * stride_we
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k0 * BLOCK_K
-        a = tl.load(a_ptrs, mask=valid[:, None] & (offs_k[None, :] < k_left), other=0.0)
-        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    if MUL_WEIGHT:                                                         # the gate weight of each row
-        w = tl.load(TopkWeights + ids, mask=valid, other=0.0)
-        acc = acc * w[:, None]
-    c_ptrs = C + ids[:, None] * stride_cm + offs_n[None, :] * stride_cn    # scatter to flat rows
-    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=valid[:, None] & (offs_n[None, :] < N))
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_ok = ks < K
+        x_tile = tl.load(X + src[:, None] * stride_xr + ks[None, :] * stride_xk,     # gathered rows
+                         mask=live[:, None] & k_ok[None, :], other=0.0)
+        w_tile = tl.load(w_base + ks[:, None] * stride_wk + cols[None, :] * stride_wn,
+                         mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        acc = tl.dot(x_tile, w_tile, acc)
+
+    if APPLY_GATE:                                           # each row times its gate weight, in fp32
+        gate = tl.load(Gate + flat, mask=live, other=0.0).to(tl.float32)
+        acc = acc * gate[:, None]
+    tl.store(Out + flat[:, None] * stride_or + cols[None, :] * stride_on,              # scattered rows
+             acc.to(Out.dtype.element_ty), mask=live[:, None] & col_ok[None, :])
 
 
 # --------------------------------------------------------------------------- provided: launcher and forward
 def invoke_grouped_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, sorted_ids: torch.Tensor,
                         expert_ids: torch.Tensor, num_post_padded: torch.Tensor, top_k: int,
                         topk_weights: torch.Tensor | None = None, block_m: int = 16, block_n: int = 16,
-                        block_k: int = 16, num_warps: int = 4, num_stages: int = 2) -> None:
+                        block_k: int = 16, num_warps: int = 4, num_stages: int = 2,
+                        num_valid: int | None = None) -> None:
     """One launch of ``grouped_gemm_kernel``: ``c[i] = a[i // top_k] @ b[expert of i]`` (× weight)
-    for every valid flat id ``i``. The grid covers the worst-case number of blocks."""
+    for every valid flat id ``i < num_valid`` (default ``c.shape[0]``, the pad id ``moe_align``
+    uses). The grid covers the worst-case number of blocks."""
     N, K = b.shape[2], b.shape[1]
+    num_valid = c.shape[0] if num_valid is None else num_valid
     grid = (triton.cdiv(sorted_ids.numel(), block_m), triton.cdiv(N, block_n))
     w = topk_weights.reshape(-1) if topk_weights is not None else c    # any pointer when unused
     grouped_gemm_kernel[grid](
         a, b, c, sorted_ids, expert_ids, num_post_padded, w,
-        N, K, c.shape[0],
+        N, K, num_valid,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1),
-        TOP_K=top_k, MUL_WEIGHT=topk_weights is not None,
+        TOP_K=top_k, APPLY_GATE=topk_weights is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages,
     )
 
@@ -122,18 +125,24 @@ def grouped_moe_forward(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, top
                         topk_weights: torch.Tensor, block_m: int = 16, block_n: int = 16, block_k: int = 16,
                         num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
     """The whole MoE forward with two grouped-GEMM launches: align, ``x @ w1``, ReLU, ``@ w2`` × gate
-    weight, and the sum of each token's k rows (vLLM's ``moe_sum``)."""
+    weight, and the sum of each token's k rows (vLLM's ``moe_sum``).
+
+    The two intermediate buffers get one spare row past the ``T·k`` real ones, the row the pad id
+    ``T·k`` points at. A correct kernel never touches it; a kernel that forgets to mask padding
+    scribbles there (where a test can see it) instead of past the end of the buffer.
+    """
     T, k = topk_ids.shape
+    n = T * k
     d, f = w1.shape[1], w1.shape[2]
     sorted_ids, expert_ids, n_post = moe_align(topk_ids, w1.shape[0], block_m)
     cfg = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=num_warps, num_stages=num_stages)
-    h = torch.empty((T * k, f), dtype=x.dtype, device=x.device)
-    invoke_grouped_gemm(x, w1, h, sorted_ids, expert_ids, n_post, top_k=k, **cfg)
+    h = torch.empty((n + 1, f), dtype=x.dtype, device=x.device)
+    invoke_grouped_gemm(x, w1, h, sorted_ids, expert_ids, n_post, top_k=k, num_valid=n, **cfg)
     h = torch.relu(h)
-    y = torch.empty((T * k, d), dtype=x.dtype, device=x.device)
+    y = torch.empty((n + 1, d), dtype=x.dtype, device=x.device)
     invoke_grouped_gemm(h, w2, y, sorted_ids, expert_ids, n_post, top_k=1,
-                        topk_weights=topk_weights.to(x.dtype).contiguous(), **cfg)
-    return y.view(T, k, d).sum(dim=1)
+                        topk_weights=topk_weights.to(torch.float32).contiguous(), num_valid=n, **cfg)
+    return y[:n].view(T, k, d).sum(dim=1)
 
 
 def stack_experts(experts, dtype=torch.float32, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:

@@ -47,29 +47,33 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[t
     * ``num_tokens_post_padded`` int32 tensor of shape ``(1,)``: how many sorted slots are in use.
     """
     raise NotImplementedError(
-        "moe_align: counts = bincount(flat ids); padded = ceil(counts / block_m) * block_m; each expert's run starts at cumsum(padded) - padded; fill a buffer of T*k + E*(block_m - 1) slots with T*k, write each expert's flat ids (in increasing order) at its run, and expert_ids = repeat_interleave(arange(E), padded // block_m) then -1"
+        "moe_align: this is a counting sort. Count each expert's flat ids, round every count UP to a multiple of "
+        "block_m, and let a prefix sum of the rounded counts give each expert's first slot. Start from a buffer "
+        "full of the pad id T*k, write each expert's flat ids (in increasing order) into its run, and give every "
+        "block of block_m slots the id of the expert that owns it (-1 for blocks past the end)"
     )
 
 
 # --------------------------------------------------------------------------- the lab, part 2
 @triton.jit
 def grouped_gemm_kernel(
-    A, B, C, SortedIds, ExpertIds, NumPostPadded, TopkWeights,
+    X, W, Out, RowIds, BlockExpert, NumUsed, Gate,
     N, K, num_valid,
-    stride_am, stride_ak, stride_be, stride_bk, stride_bn, stride_cm, stride_cn,
-    TOP_K: tl.constexpr, MUL_WEIGHT: tl.constexpr,
+    stride_xr, stride_xk, stride_we, stride_wk, stride_wn, stride_or, stride_on,
+    TOP_K: tl.constexpr, APPLY_GATE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    # TODO: program (pid_m, pid_n) computes rows [pid_m*BLOCK_M, +BLOCK_M) of the sorted order, columns
-    #       [pid_n*BLOCK_N, +BLOCK_N) of C, for the ONE expert that owns that block.
-    #   1. if pid_m * BLOCK_M >= tl.load(NumPostPadded): return          (blocks past the padded end)
-    #   2. ids = tl.load(SortedIds + pid_m * BLOCK_M + tl.arange(0, BLOCK_M)); valid = ids < num_valid
-    #      expert = tl.load(ExpertIds + pid_m).to(tl.int64)
-    #   3. A rows are TOKENS: a_ptrs = A + (ids // TOP_K)[:, None] * stride_am + offs_k[None, :] * stride_ak
-    #      b_ptrs = B + expert * stride_be + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    #   4. fp32 accumulator over K in BLOCK_K steps (mask a with valid and k < K left, b with k and n < N), tl.dot
-    #   5. if MUL_WEIGHT: multiply each row by tl.load(TopkWeights + ids, mask=valid, other=0.0)
-    #   6. store to C + ids[:, None] * stride_cm + offs_n[None, :] * stride_cn (flat rows), masked with valid and n < N
+    # TODO: program (pid_m, pid_n) computes BLOCK_M slots of the sorted order x BLOCK_N columns of Out,
+    #       for the ONE expert that owns those slots.
+    #   1. Blocks that start at or past the number of slots in use (NumUsed) have nothing to do: return.
+    #   2. Load the block's flat ids from RowIds. Padding slots hold num_valid: build a mask of the real ones.
+    #      Flat id i belongs to token i // TOP_K, which is the row of X it reads. Load the block's expert.
+    #   3. Float32 accumulator; walk K in BLOCK_K steps (the last may be partial): gather the X rows through
+    #      the ids (never copy them), take the expert's weight tile at W + expert * stride_we, tl.dot.
+    #      Mask so that padding rows and anything outside K or N read 0.
+    #   4. If APPLY_GATE, multiply each row by its gate weight (Gate is indexed by the flat id), in fp32.
+    #   5. Store row i of the tile to row (flat id) of Out, cast to Out's element type; padding rows and
+    #      columns past N must not be written.
     tl.static_assert(False, "grouped_gemm_kernel is not written yet: see the TODO in starter.py")
 
 
@@ -77,17 +81,20 @@ def grouped_gemm_kernel(
 def invoke_grouped_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, sorted_ids: torch.Tensor,
                         expert_ids: torch.Tensor, num_post_padded: torch.Tensor, top_k: int,
                         topk_weights: torch.Tensor | None = None, block_m: int = 16, block_n: int = 16,
-                        block_k: int = 16, num_warps: int = 4, num_stages: int = 2) -> None:
+                        block_k: int = 16, num_warps: int = 4, num_stages: int = 2,
+                        num_valid: int | None = None) -> None:
     """One launch of ``grouped_gemm_kernel``: ``c[i] = a[i // top_k] @ b[expert of i]`` (× weight)
-    for every valid flat id ``i``. The grid covers the worst-case number of blocks."""
+    for every valid flat id ``i < num_valid`` (default ``c.shape[0]``, the pad id ``moe_align``
+    uses). The grid covers the worst-case number of blocks."""
     N, K = b.shape[2], b.shape[1]
+    num_valid = c.shape[0] if num_valid is None else num_valid
     grid = (triton.cdiv(sorted_ids.numel(), block_m), triton.cdiv(N, block_n))
     w = topk_weights.reshape(-1) if topk_weights is not None else c    # any pointer when unused
     grouped_gemm_kernel[grid](
         a, b, c, sorted_ids, expert_ids, num_post_padded, w,
-        N, K, c.shape[0],
+        N, K, num_valid,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1),
-        TOP_K=top_k, MUL_WEIGHT=topk_weights is not None,
+        TOP_K=top_k, APPLY_GATE=topk_weights is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps, num_stages=num_stages,
     )
 
@@ -96,18 +103,24 @@ def grouped_moe_forward(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, top
                         topk_weights: torch.Tensor, block_m: int = 16, block_n: int = 16, block_k: int = 16,
                         num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
     """The whole MoE forward with two grouped-GEMM launches: align, ``x @ w1``, ReLU, ``@ w2`` × gate
-    weight, and the sum of each token's k rows (vLLM's ``moe_sum``)."""
+    weight, and the sum of each token's k rows (vLLM's ``moe_sum``).
+
+    The two intermediate buffers get one spare row past the ``T·k`` real ones, the row the pad id
+    ``T·k`` points at. A correct kernel never touches it; a kernel that forgets to mask padding
+    scribbles there (where a test can see it) instead of past the end of the buffer.
+    """
     T, k = topk_ids.shape
+    n = T * k
     d, f = w1.shape[1], w1.shape[2]
     sorted_ids, expert_ids, n_post = moe_align(topk_ids, w1.shape[0], block_m)
     cfg = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_warps=num_warps, num_stages=num_stages)
-    h = torch.empty((T * k, f), dtype=x.dtype, device=x.device)
-    invoke_grouped_gemm(x, w1, h, sorted_ids, expert_ids, n_post, top_k=k, **cfg)
+    h = torch.empty((n + 1, f), dtype=x.dtype, device=x.device)
+    invoke_grouped_gemm(x, w1, h, sorted_ids, expert_ids, n_post, top_k=k, num_valid=n, **cfg)
     h = torch.relu(h)
-    y = torch.empty((T * k, d), dtype=x.dtype, device=x.device)
+    y = torch.empty((n + 1, d), dtype=x.dtype, device=x.device)
     invoke_grouped_gemm(h, w2, y, sorted_ids, expert_ids, n_post, top_k=1,
-                        topk_weights=topk_weights.to(x.dtype).contiguous(), **cfg)
-    return y.view(T, k, d).sum(dim=1)
+                        topk_weights=topk_weights.to(torch.float32).contiguous(), num_valid=n, **cfg)
+    return y[:n].view(T, k, d).sum(dim=1)
 
 
 def stack_experts(experts, dtype=torch.float32, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:

@@ -93,6 +93,42 @@ def test_unused_and_repeated_experts():
     )
 
 
+@pytest.mark.triton
+def test_padding_rows_are_never_written():
+    # 5 tokens, top-2, 4 experts: 10 real rows, each expert's run padded to 16 -> 54 padding slots, all holding id 10.
+    x, experts, _, _ = _problem(seed=7, tokens=5)
+    ids = torch.tensor([[0, 1], [1, 2], [2, 0], [3, 1], [0, 3]])
+    w1, _ = lab.stack_experts(experts)
+    s, e, n_post = lab.moe_align(ids, E, 16)
+    xs = torch.tensor(x, dtype=torch.float32)
+    x_guard = torch.cat([xs, torch.full((1, D), 1e3)])      # a guard row where token 5 would be
+    out = torch.full((11, F), 7.0)                           # 10 real rows + row 10, where the pad id points
+    lab.invoke_grouped_gemm(x_guard, w1, out, s, e, n_post, top_k=K, num_valid=10)
+    assert (out[10] == 7.0).all(), (
+        f"row 10 (= T·k, the pad id) was written ({out[10, :4].tolist()}...): padding slots hold num_valid, so mask "
+        f"the store (and the loads) with id < num_valid"
+    )
+    want = torch.stack([xs[i // K] @ w1[int(ids.reshape(-1)[i])] for i in range(10)])
+    err = (out[:10] - want).abs().max().item()
+    assert err < 1e-4, f"real row i must be x[i // top_k] @ w1[expert of i]; max error {err:.2e}"
+
+
+@pytest.mark.triton
+def test_ragged_hidden_sizes():
+    # d = 20 and f = 24 are not multiples of the 16-wide blocks: partial K steps and partial N tiles in both GEMMs.
+    w_gate, experts = LAB01.make_moe(num_experts=E, hidden=20, ffn=24, seed=11)
+    x = np.random.default_rng(12).standard_normal((6, 20))
+    ids, w = LAB01.route(x, w_gate, K)
+    ref = LAB01.moe_forward_reference(x, experts, ids, w)
+    w1, w2 = lab.stack_experts(experts)
+    got = lab.grouped_moe_forward(torch.tensor(x, dtype=torch.float32), w1, w2, torch.tensor(ids), torch.tensor(w))
+    err = np.max(np.abs(got.double().numpy() - ref))
+    assert err < 1e-4, (
+        f"with d = 20 and f = 24 (not multiples of 16) the result differs by {err:.2e}: run ceil(K / BLOCK_K) K steps, "
+        f"the last one partial, and mask k < K on both loads and n < N on the weight load and the store"
+    )
+
+
 def test_padding_is_the_price_of_alignment():
     ids = torch.tensor([[e, (e + 1) % 8] for e in range(8)])     # decode batch 8, top-2: every expert gets 2 rows
     valid, padded = lab.padding_waste(ids, 8, 16)

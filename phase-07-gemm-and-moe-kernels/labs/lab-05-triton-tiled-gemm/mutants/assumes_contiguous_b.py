@@ -34,12 +34,16 @@ import triton  # noqa: E402  (imported after TRITON_INTERPRET is decided)
 import triton.language as tl  # noqa: E402
 
 # GPU launch configurations tried by bench.py (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages).
+# Staging buffers per config ≈ (BLOCK_M + BLOCK_N) · BLOCK_K · 2 bytes (bf16) · num_stages: 128 KiB for the
+# first, 144 KiB for the 3rd and 4th (A100/H100-class SMs), 96 KiB for the 2nd, 5th and 6th, which also
+# fit the 99 KB a block may use on an Ada GPU such as the L4.
 GPU_CONFIGS = [
-    (128, 256, 64, 8, 8, 3),
     (128, 128, 64, 8, 4, 4),
+    (128, 64, 64, 8, 4, 4),
+    (128, 256, 64, 8, 8, 3),
     (256, 128, 64, 8, 8, 3),
-    (128, 128, 32, 8, 4, 4),
-    (64, 256, 32, 8, 4, 4),
+    (64, 128, 64, 8, 4, 4),
+    (64, 64, 64, 8, 4, 6),
 ]
 
 
@@ -51,11 +55,24 @@ def program_tile(pid: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tupl
     they go down the rows first, then move one column right; the last group may have fewer rows.
     With ``group_m = 1`` this is plain row-major order.
     """
-    per_group = group_m * num_pid_n
-    group_id = pid // per_group
-    first_m = group_id * group_m
-    rows = min(num_pid_m - first_m, group_m)
-    return first_m + (pid % per_group) % rows, (pid % per_group) // rows
+    band = group_m * num_pid_n                      # programs per band of group_m tile rows
+    band_id, local = divmod(pid, band)              # which band, and the position inside it
+    top = band_id * group_m                         # the band's first tile row
+    height = min(group_m, num_pid_m - top)          # the last band can be short
+    col = local // height                           # columns advance every `height` programs
+    return top + (local - col * height), col
+
+
+@triton.jit
+def _grouped_tile(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """The kernel-side twin of ``program_tile`` (same arithmetic, Triton integer ops)."""
+    band = GROUP_M * num_pid_n
+    band_id = pid // band
+    local = pid - band_id * band
+    top = band_id * GROUP_M
+    height = tl.minimum(num_pid_m - top, GROUP_M)
+    col = local // height
+    return top + (local - col * height), col
 
 
 @triton.jit
@@ -64,33 +81,24 @@ def matmul_kernel(
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    # which tile: the same grouped order as program_tile
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_pid_n
-    first_m = (pid // per_group) * GROUP_M
-    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows
-    pid_n = (pid % per_group) // rows
+    tile_m, tile_n = _grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)          # this tile's rows of A and C
+    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)          # this tile's columns of B and C
+    row_ok = rows < M
+    col_ok = cols < N
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = A + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = B + offs_k[:, None] * N + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)     # registers, for the whole K walk
+    for k0 in range(0, K, BLOCK_K):                          # ceil(K / BLOCK_K) steps; the last may be partial
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_ok = ks < K
+        a_tile = tl.load(A + rows[:, None] * stride_am + ks[None, :] * stride_ak,
+                         mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b_tile = tl.load(B + ks[:, None] * N + cols[None, :],
+                         mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        acc = tl.dot(a_tile, b_tile, acc)                    # fp32 accumulation whatever the input dtype
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k0 * BLOCK_K                       # the last K step may be partial
-        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
-        b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)                          # fp32 accumulation whatever the input dtype
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * N
-
-    c_ptrs = C + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
+             acc.to(C.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
 # --------------------------------------------------------------------------- provided: launcher and models

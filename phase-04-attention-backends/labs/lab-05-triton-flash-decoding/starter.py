@@ -9,8 +9,9 @@ Decode attention for a batch of sequences, one new query token each, over a page
     seq_lens     [B] int32                       valid tokens per sequence
 
 Kernel 1 (`_split_kv_kernel`, grid B x H x S) gives every (sequence, head) S programs; program s
-streams its own key range through the block table with online softmax and writes the summary
-(m, l, acc) — *unnormalised* — to scratch. Kernel 2 (`_merge_kernel`, grid B x H) rescales the S
+streams its own key range through the block table, TILE tokens at a time, folds each tile's softmax
+summary into a running one (online softmax, one tile per step) and writes the summary (m, l, acc)
+— *unnormalised* — to scratch. Kernel 2 (`_merge_kernel`, grid B x H) rescales the S
 summaries to their common max and divides once. With S = 1 the pair degenerates to the single-pass
 kernel of Phase 02 (one program per sequence and head).
 
@@ -38,6 +39,19 @@ def split_bounds(seq_len: int, num_splits: int) -> list[tuple[int, int]]:
 
 
 @triton.jit
+def _fold(m, l, acc, m_t, l_t, acc_t):
+    """Combine two softmax summaries (max, sum of exp(s - max), unnormalised sum of exp(s - max)·v).
+
+    The same rule the merge applies across splits (lab 04's ``merge_partials``), used here inside
+    kernel 1 to add one tile's summary to the running one. An empty summary (m = -inf) weighs 0.
+    """
+    # TODO: bring both summaries to their common max and add them; return (max, l, acc).
+    #   Which factor multiplies each side's l and acc? (lab 04 derived it.) exp(-inf) is 0, so an empty
+    #   running summary needs no special case.
+    tl.static_assert(False, "_fold is not written yet: see the TODO in starter.py")
+
+
+@triton.jit
 def _split_kv_kernel(
     Q, K, V, BlockTables, SeqLens, PartM, PartL, PartAcc,
     sm_scale,
@@ -50,17 +64,19 @@ def _split_kv_kernel(
     GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
     NUM_SPLITS: tl.constexpr, TILE: tl.constexpr,
 ):
-    # TODO: program (b, h, s) summarises tokens [start, end) of sequence b for query head h:
-    #   kv_h = h // GROUP; seq_len = tl.load(SeqLens + b); per = tl.cdiv(seq_len, NUM_SPLITS)
-    #   start = min(s * per, seq_len); end = min(start + per, seq_len)   (same as split_bounds)
-    #   q = load row (b, h) as float32; m = -inf, l = 0.0, acc = zeros([HEAD_DIM])
-    #   for t0 in range(start, end, TILE): tok = t0 + arange(TILE); valid = tok < end
-    #       page = tl.load(BlockTables + b * stride_bt + tok // BLOCK_SIZE, mask=valid, other=0)
-    #              .to(tl.int64)   (int64: page * stride can exceed 2**31 in a big cache)
-    #       k, v = load [TILE, HEAD_DIM] tiles at
-    #              page * stride_kn + (tok % BLOCK_SIZE) * stride_kt + kv_h * stride_kh + offs_d
-    #       scores = sum(k * q, axis=1) * sm_scale, -inf where not valid; online-softmax update of m, l, acc
-    #   store m, l at PartM/PartL + b*stride_mb + h*stride_mh + s and acc at PartAcc (NOT divided by l)
+    # TODO: program (b, h, s) summarises one split of sequence b for query head h.
+    #   1. Its token range [lo, hi): the same arithmetic as split_bounds, from the sequence length in
+    #      SeqLens (an empty range is allowed).
+    #   2. Load q for (b, h) in float32; which KV head does query head h read? (GROUP consecutive
+    #      query heads share one.) Multiplying q by sm_scale once saves a multiply per score.
+    #   3. Start from an empty summary: m = -inf, l = 0, acc = zeros([HEAD_DIM]).
+    #   4. Walk [lo, hi) in tiles of TILE positions. A tile may cross pages, so each position finds
+    #      its own page through the block table and its own row inside it. Cast the page id to
+    #      int64 before multiplying by a stride: in a large cache the product passes 2**31.
+    #      Positions >= hi are dead: mask them in the loads AND give them a -inf score.
+    #   5. Summarise the tile on its own (its max, its sum of exp, its exp-weighted sum of v) and
+    #      _fold that into the running summary: a tile is a very small split.
+    #   6. Store m, l and acc (NOT divided by l) at this (b, h, s)'s slots in PartM, PartL, PartAcc.
     tl.static_assert(False, "_split_kv_kernel is not written yet: see the TODO in starter.py")
 
 

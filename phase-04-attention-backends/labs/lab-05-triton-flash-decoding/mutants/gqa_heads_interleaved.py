@@ -11,8 +11,9 @@ Decode attention for a batch of sequences, one new query token each, over a page
     seq_lens     [B] int32                       valid tokens per sequence
 
 Kernel 1 (`_split_kv_kernel`, grid B x H x S) gives every (sequence, head) S programs; program s
-streams its own key range through the block table with online softmax and writes the summary
-(m, l, acc) — *unnormalised* — to scratch. Kernel 2 (`_merge_kernel`, grid B x H) rescales the S
+streams its own key range through the block table, TILE tokens at a time, folds each tile's softmax
+summary into a running one (online softmax, one tile per step) and writes the summary (m, l, acc)
+— *unnormalised* — to scratch. Kernel 2 (`_merge_kernel`, grid B x H) rescales the S
 summaries to their common max and divides once. With S = 1 the pair degenerates to the single-pass
 kernel of Phase 02 (one program per sequence and head).
 
@@ -40,6 +41,19 @@ def split_bounds(seq_len: int, num_splits: int) -> list[tuple[int, int]]:
 
 
 @triton.jit
+def _fold(m, l, acc, m_t, l_t, acc_t):
+    """Combine two softmax summaries (max, sum of exp(s - max), unnormalised sum of exp(s - max)·v).
+
+    The same rule the merge applies across splits (lab 04's ``merge_partials``), used here inside
+    kernel 1 to add one tile's summary to the running one. An empty summary (m = -inf) weighs 0.
+    """
+    top = tl.maximum(m, m_t)
+    keep = tl.exp(m - top)
+    take = tl.exp(m_t - top)
+    return top, l * keep + l_t * take, acc * keep + acc_t * take
+
+
+@triton.jit
 def _split_kv_kernel(
     Q, K, V, BlockTables, SeqLens, PartM, PartL, PartAcc,
     sm_scale,
@@ -55,39 +69,43 @@ def _split_kv_kernel(
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    kv_h = h % GROUP  # BUG: interleaves the groups; query heads 0..GROUP-1 must all read KV head 0
-    offs_d = tl.arange(0, HEAD_DIM)
-    offs_t = tl.arange(0, TILE)
 
-    seq_len = tl.load(SeqLens + b)
-    per_split = tl.cdiv(seq_len, NUM_SPLITS)
-    start = tl.minimum(s * per_split, seq_len)
-    end = tl.minimum(start + per_split, seq_len)
+    # Tokens [lo, hi) of sequence b: split_bounds(n, NUM_SPLITS)[s], computed on the device.
+    n = tl.load(SeqLens + b)
+    chunk = tl.cdiv(n, NUM_SPLITS)
+    lo = tl.minimum(s * chunk, n)
+    hi = tl.minimum(lo + chunk, n)
 
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_d).to(tl.float32)
+    dim = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + b * stride_qb + h * stride_qh + dim).to(tl.float32) * sm_scale   # once, not per score
+    kv_head = h % GROUP  # BUG: interleaves the groups; query heads 0..GROUP-1 must all read KV head 0
+    k_head = K + kv_head * stride_kh
+    v_head = V + kv_head * stride_vh
+    table = BlockTables + b * stride_bt
+
+    # The summary of the tokens seen so far; it starts empty, and stays empty for an empty split.
     m = -float("inf")
     l = 0.0
     acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
-    for t0 in range(start, end, TILE):
-        tok = t0 + offs_t
-        valid = tok < end
-        page = tl.load(BlockTables + b * stride_bt + tok // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
-        slot = tok % BLOCK_SIZE
-        k = tl.load(K + page[:, None] * stride_kn + slot[:, None] * stride_kt + kv_h * stride_kh + offs_d[None, :],
-                    mask=valid[:, None], other=0.0).to(tl.float32)
-        v = tl.load(V + page[:, None] * stride_vn + slot[:, None] * stride_vt + kv_h * stride_vh + offs_d[None, :],
-                    mask=valid[:, None], other=0.0).to(tl.float32)
-        scores = tl.sum(k * q[None, :], axis=1) * sm_scale
-        scores = tl.where(valid, scores, -float("inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=0))     # finite: every tile holds >= 1 valid token
-        corr = tl.exp(m - m_new)                          # exp(-inf) = 0 on the first tile
-        p = tl.exp(scores - m_new)
-        acc = acc * corr + tl.sum(p[:, None] * v, axis=0)
-        l = l * corr + tl.sum(p, axis=0)
-        m = m_new
+    for i in range(tl.cdiv(hi - lo, TILE)):
+        pos = lo + i * TILE + tl.arange(0, TILE)      # positions in the sequence, possibly across pages
+        live = pos < hi                                # the split's last tile is ragged
+        logical = pos // BLOCK_SIZE
+        page = tl.load(table + logical, mask=live, other=0).to(tl.int64)   # each token: its own page id
+        rows = page * stride_kn + (pos - logical * BLOCK_SIZE) * stride_kt
+        k = tl.load(k_head + rows[:, None] + dim[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+        rows = page * stride_vn + (pos - logical * BLOCK_SIZE) * stride_vt
+        v = tl.load(v_head + rows[:, None] + dim[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+
+        # This tile's own summary, then fold it in: a tile is just a very small split.
+        logits = tl.where(live, tl.sum(k * q[None, :], axis=1), -float("inf"))
+        m_t = tl.max(logits, axis=0)                  # finite: a tile holds at least one live token
+        e = tl.exp(logits - m_t)                      # exactly 0 on dead rows
+        m, l, acc = _fold(m, l, acc, m_t, tl.sum(e, axis=0), tl.sum(e[:, None] * v, axis=0))
+
     tl.store(PartM + b * stride_mb + h * stride_mh + s, m)
     tl.store(PartL + b * stride_mb + h * stride_mh + s, l)
-    tl.store(PartAcc + b * stride_ab + h * stride_ah + s * stride_as + offs_d, acc)
+    tl.store(PartAcc + b * stride_ab + h * stride_ah + s * stride_as + dim, acc)   # NOT divided by l
 
 
 @triton.jit

@@ -1,0 +1,114 @@
+"""The learner's progress at a glance: run every lab against *your* ``starter.py``.
+
+Each lab is graded with ``LAB_IMPL=starter``; a lab is **done** when every test that ran passed,
+**in progress** when some pass, **not started** when none do. Skipped tests (``gpu`` ones on a
+laptop) are shown but never count as passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from course import ROOT, zygote_client
+from course.discover import Lab, find_phases, select_phases
+from course.labrun import LabRun, run_lab
+from course.report import print_table, progress
+
+
+def status(run: LabRun) -> str:
+    if run.collection_error:
+        return "error (starter.py does not import)"
+    if run.passed and not run.failed:
+        return "done"
+    return "in progress" if run.passed else "not started"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "grade",
+        help="grade your starter.py files: a progress table per phase",
+        description="Run every lab's tests with LAB_IMPL=starter (your work) and print, per phase, "
+        "which labs are done, in progress or not started. Always exits 0 unless --strict.",
+    )
+    p.add_argument("phases", nargs="*", metavar="PHASE", help="phase number or folder (default: all)")
+    p.add_argument("-j", "--jobs", type=int, default=2, help="pytest processes at once (default: 2)")
+    p.add_argument("--strict", action="store_true", help="exit 1 unless every graded lab is done")
+    p.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        phases = select_phases(find_phases(args.root), args.phases)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    labs = [lab for phase in phases for lab in phase.labs]
+    if not labs:
+        print("grade: no labs found yet")
+        return 1 if args.strict else 0
+    progress(f"grading {len(labs)} lab(s) with LAB_IMPL=starter on {args.jobs} worker(s)…")
+    start = time.monotonic()
+    done = 0
+    lock = threading.Lock()
+
+    def one(lab: Lab) -> LabRun:
+        nonlocal done
+        result = run_lab(lab.path, args.root, "starter", impl="starter")
+        with lock:
+            done += 1
+            progress(f"  [{done}/{len(labs)}] {lab.path.parent.parent.name}/{lab.name}: {status(result)}")
+        return result
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            runs = dict(zip((lab.path for lab in labs), pool.map(one, labs), strict=True))
+    finally:
+        zygote_client.shutdown()
+    all_done = True
+    grand = {"labs": 0, "done": 0, "passed": 0, "tests": 0}
+    for phase in phases:
+        if not phase.labs:
+            continue
+        rows = []
+        totals = {"passed": 0, "failed": 0, "skipped": 0, "done": 0}
+        for lab in phase.labs:
+            r = runs[lab.path]
+            st = status(r)
+            rows.append(
+                [lab.name, lab.tag, str(len(r.passed)), str(len(r.failed)), str(r.count("skipped")), st]
+            )
+            totals["passed"] += len(r.passed)
+            totals["failed"] += len(r.failed)
+            totals["skipped"] += r.count("skipped")
+            totals["done"] += st == "done"
+            all_done &= st == "done"
+        rows.append(
+            [
+                "total",
+                "",
+                str(totals["passed"]),
+                str(totals["failed"]),
+                str(totals["skipped"]),
+                f"{totals['done']}/{len(phase.labs)} labs done",
+            ]
+        )
+        print()
+        print_table(
+            f"Phase {phase.number} — {phase.title}",
+            ["lab", "tag", "passed", "failed", "skipped", "status"],
+            rows,
+        )
+        grand["labs"] += len(phase.labs)
+        grand["done"] += totals["done"]
+        grand["passed"] += totals["passed"]
+        grand["tests"] += totals["passed"] + totals["failed"]
+    print(
+        f"\nOverall: {grand['done']}/{grand['labs']} labs done, {grand['passed']}/{grand['tests']} tests passing "
+        f"({time.monotonic() - start:.1f}s). Skipped tests need hardware you do not have; they never count."
+    )
+    return 1 if (args.strict and not all_done) else 0

@@ -1,0 +1,177 @@
+"""Run one lab's tests in a fresh pytest process and read back each test's outcome.
+
+Used by ``check-labs`` (solution / starter / mutants) and ``grade`` (starter). Outcomes come
+from pytest's ``--junitxml`` report, so no plugin is needed; every run is a separate process so
+``LAB_IMPL`` and ``COURSE_LAB_FILE`` take effect at import time. The process is forked from a
+pre-warmed zygote (``course.zygote``) when possible, so torch/vllm are imported once, not per run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course import ROOT, zygote_client
+from course.zygote import preload_for
+
+# Autoloaded plugins a lab run does not need; skipping them saves about a second per run.
+UNNEEDED_PLUGINS = ("xdist", "xdist.looponfail", "anyio", "hypothesispytest", "cacheprovider")
+RUN_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One test case: ``outcome`` is passed / failed / error / skipped."""
+
+    name: str
+    outcome: str
+    message: str = ""
+
+    @property
+    def gpu_skipped(self) -> bool:
+        return self.outcome == "skipped" and self.message.startswith("gpu")
+
+
+@dataclass
+class LabRun:
+    """The outcome of running one lab's tests with one implementation."""
+
+    label: str  # "solution", "starter", "mutant off_by_one.py"
+    returncode: int
+    tests: list[CaseResult] = field(default_factory=list)
+    output: str = ""
+
+    def count(self, outcome: str) -> int:
+        return sum(t.outcome == outcome for t in self.tests)
+
+    @property
+    def collection_error(self) -> bool:
+        """pytest could not even collect/import the tests (or crashed)."""
+        if any(t.outcome == "error" and t.name.startswith("<collect>") for t in self.tests):
+            return True
+        return self.returncode not in (0, 1) and not (self.returncode == 5 and not self.tests)
+
+    @property
+    def ran(self) -> list[CaseResult]:
+        return [t for t in self.tests if t.outcome != "skipped"]
+
+    @property
+    def failed(self) -> list[CaseResult]:
+        return [t for t in self.tests if t.outcome in ("failed", "error")]
+
+    @property
+    def passed(self) -> list[CaseResult]:
+        return [t for t in self.tests if t.outcome == "passed"]
+
+    def summary(self) -> str:
+        parts = [f"{self.count('passed')} passed"]
+        failed = len(self.failed)
+        if failed:
+            parts.append(f"{failed} failed")
+        if self.count("skipped"):
+            parts.append(f"{self.count('skipped')} skipped")
+        return ", ".join(parts)
+
+
+def parse_junit(path: Path) -> list[CaseResult]:
+    """Per-test outcomes from a pytest junit XML file."""
+    results = []
+    root = ET.parse(path).getroot()
+    for case in root.iter("testcase"):
+        name = case.get("name", "?")
+        classname = case.get("classname", "")
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                message = child.get("message", "") or (child.text or "")
+                break
+        if outcome == "error" and (not classname or "collection" in message.lower()):
+            name = f"<collect> {classname or name}"
+        # Skip messages look like "gpu: no CUDA device here" (from conftest) or "path:line: reason".
+        if outcome == "skipped":
+            message = _skip_reason(message)
+        results.append(CaseResult(name=name, outcome=outcome, message=message.strip()))
+    return results
+
+
+def _skip_reason(message: str) -> str:
+    for prefix in ("Skipped: ",):
+        message = message.removeprefix(prefix)
+    return message
+
+
+def lab_env(
+    impl: str | None = None, lab_file: Path | None = None, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("COURSE_LAB_FILE", None)
+    env.pop("LAB_IMPL", None)
+    if impl:
+        env["LAB_IMPL"] = impl
+    if lab_file:
+        env["COURSE_LAB_FILE"] = str(lab_file)
+    # The lab's tests import ``course.harness``: make sure this checkout's package is the one found.
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH", "")) if x)
+    env.setdefault("PYTHONHASHSEED", "0")
+    env.setdefault("MPLBACKEND", "Agg")
+    if not _cuda_visible():
+        env.setdefault("TRITON_INTERPRET", "1")  # as conftest.py does, before anything imports triton
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _cuda_visible() -> bool:
+    return Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia").exists()
+
+
+def run_lab(
+    lab_dir: Path,
+    root: Path,
+    label: str,
+    impl: str | None = None,
+    lab_file: Path | None = None,
+    timeout: float = RUN_TIMEOUT_S,
+    first_failure: bool = False,
+) -> LabRun:
+    """Run ``pytest <lab_dir>`` from ``root`` with the chosen implementation.
+
+    ``first_failure`` stops at the first failing test (``-x``): enough to show a mutant is caught.
+    """
+    env = lab_env(impl, lab_file)
+    with tempfile.TemporaryDirectory(prefix="course-junit-") as tmp:
+        report = Path(tmp) / "report.xml"
+        args = [str(lab_dir), "-q", "--no-header", "-rN", f"--junitxml={report}", "-o", "junit_family=xunit2"]
+        for plugin in UNNEEDED_PLUGINS:
+            args += ["-p", f"no:{plugin}"]
+        if first_failure:
+            args.append("-x")
+        log = Path(tmp) / "output.log"
+        try:
+            code = zygote_client.run_pytest(root, env, args, log, preload_for(lab_dir), timeout)
+        except TimeoutError:
+            return LabRun(label, returncode=124, output=f"timed out after {timeout:.0f}s")
+        if code is not None:
+            output = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        else:
+            try:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "pytest", *args],
+                    cwd=root,
+                    env=env,
+                    check=False,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
+            except subprocess.TimeoutExpired:
+                return LabRun(label, returncode=124, output=f"timed out after {timeout:.0f}s")
+            code, output = proc.returncode, proc.stdout + proc.stderr
+        tests = parse_junit(report) if report.is_file() else []
+        return LabRun(label, code, tests, output)

@@ -1,0 +1,96 @@
+"""Check every internal link and ``#anchor`` in a built mdBook site.
+
+Only the page content (inside ``<main>``) is checked, so theme chrome never produces noise.
+An anchor is valid when the target page has an element with that ``id`` (mdBook's heading ids
+and explicit ``id="..."`` attributes alike) or a ``name``. External ``http(s)`` links, ``mailto:``
+and friends are not checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+SKIP_PAGES = frozenset({"print.html", "404.html", "toc.html", "index.html"})
+EXTERNAL_SCHEMES = ("http", "https", "mailto", "tel", "javascript", "data", "ftp")
+
+
+class _PageParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self._main_depth = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        for key in ("id", "name"):
+            if values.get(key):
+                self.ids.add(values[key] or "")
+        if tag == "main":
+            self._main_depth += 1
+        elif self._main_depth:
+            for key in ("href", "src"):
+                if values.get(key) is not None and tag in ("a", "img", "link", "script", "source", "iframe"):
+                    self.links.append(values[key] or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "main" and self._main_depth:
+            self._main_depth -= 1
+
+
+@dataclass(frozen=True)
+class BrokenLink:
+    page: str  # html page, relative to the site root
+    href: str
+    reason: str
+
+    @property
+    def source(self) -> str:
+        """The markdown page the link came from (book layout mirrors the repository)."""
+        return self.page[: -len(".html")] + ".md" if self.page.endswith(".html") else self.page
+
+
+def _parse(path: Path, cache: dict[Path, _PageParser]) -> _PageParser:
+    if path not in cache:
+        parser = _PageParser()
+        parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+        cache[path] = parser
+    return cache[path]
+
+
+def check_site(site: Path) -> tuple[int, list[BrokenLink]]:
+    """Check a built site; returns (links checked, broken links)."""
+    site = site.resolve()
+    cache: dict[Path, _PageParser] = {}
+    broken: list[BrokenLink] = []
+    checked = 0
+    for page in sorted(site.rglob("*.html")):
+        rel_page = page.relative_to(site).as_posix()
+        if rel_page in SKIP_PAGES:
+            continue
+        parsed = _parse(page, cache)
+        for href in parsed.links:
+            parts = urlsplit(href)
+            if parts.scheme in EXTERNAL_SCHEMES or parts.netloc or href.startswith("//"):
+                continue
+            checked += 1
+            target = page if not parts.path else (page.parent / unquote(parts.path))
+            if parts.path.endswith("/") or target.is_dir():
+                target = target / "index.html"
+            target = target.resolve()
+            if not target.is_relative_to(site):
+                broken.append(BrokenLink(rel_page, href, "points outside the site"))
+                continue
+            if not target.is_file():
+                broken.append(
+                    BrokenLink(rel_page, href, f"no such page or file: {target.relative_to(site).as_posix()}")
+                )
+                continue
+            fragment = unquote(parts.fragment)
+            if fragment and target.suffix == ".html" and fragment not in _parse(target, cache).ids:
+                where = target.relative_to(site).as_posix()
+                broken.append(BrokenLink(rel_page, href, f"{where} has no anchor #{fragment}"))
+    return checked, broken

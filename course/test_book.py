@@ -1,0 +1,146 @@
+"""The website builder: a tiny synthetic course builds with mdBook, and broken links/anchors fail it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from course import book
+from course.linkcheck import check_site
+
+GUIDE = """# Phase 00 guide
+
+[Course home](../README.md) · [Glossary entry](../GLOSSARY.md#kv-cache) · [labs](labs/) ·
+[section](#02-dont-panic) · [the allocator](../upstream/vllm/v1/core/block_pool.py)
+
+![a figure](labs/lab-01-demo/figure.png)
+
+## 0.2 Don't Panic
+
+{extra}
+"""
+
+
+def write_course(root: Path, extra: str = "") -> Path:
+    files = {
+        "README.md": "# vLLM Mastery\n\nStart with [Phase 00](phase-00-foundations/00-guide.md) or "
+        "[the glossary](GLOSSARY.md).\n",
+        "SETUP.md": "# Setup\n\nBack [home](README.md).\n",
+        "GLOSSARY.md": '# Glossary\n\n<a id="kv-cache"></a>\n**KV cache** — stored keys and values.\n',
+        "phase-00-foundations/00-guide.md": GUIDE.format(extra=extra),
+        "phase-00-foundations/labs/README.md": "# Labs\n\n- [Lab 01](lab-01-demo/README.md)\n",
+        "phase-00-foundations/labs/lab-01-demo/README.md": "# Lab 01 — Demo [CPU-OK]\n\nRun [the tests](test_lab.py); "
+        "[a mutant](mutants/off_by_one.py); [CI](../../../.ci/run).\n",
+        "phase-00-foundations/labs/lab-01-demo/mutants/off_by_one.py": "def add(a, b):\n    return a + b + 1\n",
+        ".ci/run": "#!/usr/bin/env bash\n",
+        "phase-00-foundations/labs/lab-01-demo/starter.py": 'def add(a, b):\n    raise NotImplementedError("sum them")\n',
+        "phase-00-foundations/labs/lab-01-demo/test_lab.py": "from course.harness import load_lab\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    (root / "phase-00-foundations/labs/lab-01-demo/figure.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    return root
+
+
+@pytest.fixture(scope="module", autouse=True)
+def need_mdbook():
+    try:
+        book.find_mdbook()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+def build(root: Path) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = book.run(argparse.Namespace(root=root, serve=False, port=0))
+    return code, buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    root = write_course(tmp_path_factory.mktemp("good"))
+    return (root, *build(root))
+
+
+def test_a_clean_course_builds_with_links_checked(good):
+    root, code, out = good
+    assert code == 0, out
+    html = root / "build/book/html"
+    assert (html / "index.html").is_file() and (html / "README.html").is_file(), (
+        "README pages keep their name"
+    )
+    assert (html / "searchindex.json").is_file() or list(html.glob("searchindex*.js")), (
+        "search must be enabled"
+    )
+    assert (root / "book.toml").read_text().count('src = "build/book/src"') == 1
+
+
+def test_summary_has_a_part_per_phase_and_the_lab_page_shows_its_starter(good):
+    root, _, _ = good
+    summary = (root / "build/book/src/SUMMARY.md").read_text()
+    assert "# Phase 00 — Foundations" in summary
+    assert "    - [Lab 01 — Demo \\[CPU-OK\\]](phase-00-foundations/labs/lab-01-demo/README.md)" in summary
+    lab = (root / "build/book/src/phase-00-foundations/labs/lab-01-demo/README.md").read_text()
+    assert "## Starter code" in lab and 'raise NotImplementedError("sum them")' in lab
+
+
+def test_links_are_adapted_for_the_site(good):
+    root, _, _ = good
+    guide = (root / "build/book/src/phase-00-foundations/00-guide.md").read_text()
+    assert "(labs/README.md)" in guide, "a link to a folder should open its README"
+    assert (
+        "https://github.com/vllm-project/vllm/blob/0decac0d96c42b49572498019f0a0e3600f50398/vllm/v1/core/block_pool.py"
+        in guide
+    )
+    assert (root / "build/book/html/phase-00-foundations/labs/lab-01-demo/figure.png").is_file()
+    for linked in (
+        "phase-00-foundations/labs/lab-01-demo/test_lab.py",
+        ".ci/run",
+        "phase-00-foundations/labs/lab-01-demo/mutants/off_by_one.py",
+    ):
+        assert (root / "build/book/html" / linked).is_file(), f"linked file {linked} should be published"
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
+    root = write_course(
+        tmp_path_factory.mktemp("broken"),
+        extra="See [the missing page](01-deep-dive.md) and [a typo](../GLOSSARY.md#kv-cahce).",
+    )
+    return build(root)
+
+
+def test_a_broken_link_fails_the_build_naming_page_and_target(broken):
+    code, out = broken
+    assert code == 1
+    assert (
+        "phase-00-foundations/00-guide.md: broken link `01-deep-dive.md`: "
+        "phase-00-foundations/01-deep-dive.md does not exist"
+    ) in out
+
+
+def test_a_broken_anchor_fails_the_build(broken):
+    code, out = broken
+    assert code == 1
+    assert (
+        "phase-00-foundations/00-guide.md: broken link `../GLOSSARY.md#kv-cahce`: GLOSSARY.md has no anchor #kv-cahce"
+        in out
+    )
+
+
+def test_link_checker_sees_heading_ids_and_explicit_ids(tmp_path: Path):
+    (tmp_path / "a.html").write_text(
+        '<main><h2 id="intro">x</h2><a href="b.html#here">b</a>'
+        '<a href="#intro">i</a><a href="https://example.com/#nope">e</a></main>'
+    )
+    (tmp_path / "b.html").write_text('<main><span id="here"></span><a href="a.html#gone">a</a></main>')
+    checked, bad = check_site(tmp_path)
+    assert checked == 3
+    assert [(b.page, b.href) for b in bad] == [("b.html", "a.html#gone")]

@@ -18,6 +18,7 @@ Generated output blocks are skipped; inside other code fences only full citation
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from dataclasses import dataclass
@@ -128,6 +129,11 @@ def _definition_re(name: str, python: bool) -> re.Pattern[str]:
     return re.compile(rf"^\s*(?:(?:async\s+)?def\s+{n}\b|class\s+{n}\b|(?:self\.)?{n}\s*(?::|=(?!=)))")
 
 
+@functools.lru_cache(maxsize=512)
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8", errors="replace").splitlines()
+
+
 def check_citation(cite: Citation, upstream: Path, course_root: Path) -> str | None:
     """Why the citation is wrong, or None when it resolves."""
     if cite.sha and not PIN_COMMIT.startswith(cite.sha):
@@ -142,13 +148,15 @@ def check_citation(cite: Citation, upstream: Path, course_root: Path) -> str | N
         elif base is upstream and "/" not in cite.path:
             hint = " (write the full path relative to upstream/, e.g. vllm/v1/core/block_pool.py)"
         return f"file {cite.path} does not exist in {where}{hint}"
-    lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = _lines(target)
     for number in (cite.line, cite.end or cite.line):
         if not 1 <= number <= len(lines):
             return f"line {number} is past the end of {cite.path} ({len(lines)} lines)"
     if not cite.symbol:
         return None
     parts = cite.symbol.split(".")
+    if target.suffix in (".py", ".pyi") and _quick_accept(cite, lines, parts):
+        return None
     defs = definitions(target) if target.suffix in (".py", ".pyi") else None
     if defs is None:
         return _check_text(cite, lines, parts)
@@ -176,6 +184,37 @@ def check_citation(cite: Citation, upstream: Path, course_root: Path) -> str | N
         else ("a function body" if found == FUNCTION_LOCAL else f"class {found}")
     )
     return f"{name!r} near line {cite.line} is defined in {inside}, not inside class {owner}"
+
+
+def _quick_accept(cite: Citation, lines: list[str], parts: list[str]) -> bool:
+    """Fast line-based check: a definition within the window, inside the named class if any.
+
+    Only ever accepts; anything it cannot confirm goes to the exact ``ast`` check, which also
+    explains the failure.
+    """
+    pattern = _definition_re(parts[-1], python=True)
+    lo, hi = max(1, cite.line - WINDOW), min(len(lines), cite.line + WINDOW)
+    hits = [i for i in range(lo - 1, hi) if pattern.search(lines[i])]
+    if not hits or len(parts) == 1:
+        return bool(hits)
+    return any(_enclosing_class(lines, i) == parts[-2] for i in hits)
+
+
+def _enclosing_class(lines: list[str], index: int) -> str | None:
+    """The nearest ``class`` above ``lines[index]`` that is less indented (through enclosing defs)."""
+    indent = len(lines[index]) - len(lines[index].lstrip())
+    for text in reversed(lines[:index]):
+        stripped = text.lstrip()
+        level = len(text) - len(stripped)
+        if not stripped or level >= indent:
+            continue
+        if stripped.startswith("class "):
+            return stripped[6:].split("(")[0].split(":")[0].strip()
+        if stripped.startswith(("def ", "async def ")):
+            if level == 0:
+                return None
+            indent = level  # a nested def: keep climbing towards its class
+    return None
 
 
 def _check_text(cite: Citation, lines: list[str], parts: list[str]) -> str | None:

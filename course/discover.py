@@ -6,6 +6,7 @@ README, a phase that does not exist yet. Callers decide whether a gap is an erro
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,14 +158,14 @@ def markdown_files(root: Path, paths: list[str] | None = None) -> list[Path]:
         if start.is_file():
             found.add(start)
             continue
-        for md in start.rglob("*.md"):
-            rel_parts = md.relative_to(start).parts[:-1]
-            if any(
-                part in EXCLUDED_DIRS or part.startswith(".") or part.endswith(".egg-info")
-                for part in rel_parts
-            ):
-                continue
-            found.add(md)
+        for folder, dirs, files in os.walk(start):
+            # Prune in place so .venv/, upstream/ and build/ are never even listed.
+            dirs[:] = sorted(
+                d
+                for d in dirs
+                if d not in EXCLUDED_DIRS and not d.startswith(".") and not d.endswith(".egg-info")
+            )
+            found.update(Path(folder) / name for name in files if name.endswith(".md"))
     return sorted(found)
 
 

@@ -19,30 +19,12 @@ import argparse
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from course.devices import lookup
 
-# Peak memory bandwidth in bytes/s, matched by substring of torch.cuda.get_device_name()
-# (first match wins). ORDER MATTERS: a name that contains another must come before it
-# ("GH200" contains "H200", "L40S"/"L40" contain "L4", "A100" contains "A10").
-# Source: each vendor datasheet, named in the last column.
-PEAKS = [
-    ("GH200 144G", "GH200 (HBM3e)", 4.9e12,
-     "NVIDIA GH200 Grace Hopper Superchip datasheet, 144GB HBM3e (4.9 TB/s)"),
-    ("GH200", "GH200 (HBM3)", 4.0e12, "NVIDIA GH200 Grace Hopper Superchip datasheet, 96GB HBM3 (4 TB/s)"),
-    ("H200", "H200", 4.8e12, "NVIDIA H200 Tensor Core GPU datasheet (HBM3e, 4.8 TB/s)"),
-    ("H100 NVL", "H100 NVL", 3.9e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (3.9 TB/s)"),
-    ("H100 PCIe", "H100 PCIe", 2.0e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (2 TB/s)"),
-    ("H100", "H100 SXM", 3.35e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (HBM3, 3.35 TB/s)"),
-    ("A100-SXM4-80GB", "A100 80GB SXM", 2.039e12, "NVIDIA A100 datasheet, A100 80GB SXM (2,039 GB/s)"),
-    ("A100 80GB PCIe", "A100 80GB PCIe", 1.935e12, "NVIDIA A100 datasheet, A100 80GB PCIe (1,935 GB/s)"),
-    ("A100", "A100 40GB", 1.555e12, "NVIDIA A100 datasheet, A100 40GB (1,555 GB/s)"),
-    ("L40S", "L40S", 0.864e12, "NVIDIA L40S datasheet (864 GB/s)"),
-    ("L40", "L40", 0.864e12, "NVIDIA L40 datasheet (864 GB/s)"),
-    ("A10", "A10", 0.600e12, "NVIDIA A10 Tensor Core GPU datasheet (600 GB/s)"),
-    ("L4", "L4", 0.300e12, "NVIDIA L4 Tensor Core GPU datasheet (300 GB/s)"),
-    ("T4", "T4", 0.320e12, "NVIDIA T4 Tensor Core GPU datasheet (320 GB/s)"),
-    ("RTX 4090", "RTX 4090", 1.008e12, "NVIDIA GeForce RTX 4090 specifications (1,008 GB/s)"),
-]
+HERE = Path(__file__).resolve().parent
+# The devices --predict tabulates, by the name torch.cuda.get_device_name() reports for each.
+PREDICT_DEVICES = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA A10", "NVIDIA L4"]
+
 
 # (num_seqs, seq_len) for a Llama-3-8B attention layer: 32 query heads, 8 KV heads, head_dim 128,
 # block_size 16, fp16.
@@ -57,29 +39,20 @@ def kernel_bytes(num_seqs: int, seq_len: int) -> int:
     return kv + q_out + tables
 
 
-def lookup_peak(device_name: str):
-    """(label, bytes/s, datasheet) of the first PEAKS entry whose key occurs in device_name."""
-    for key, label, peak, ref in PEAKS:
-        if key in device_name:
-            return label, peak, ref
-    return None
-
-
 def predict() -> None:
-    shown = ["H100", "A100-SXM4-80GB", "A10", "L4"]
-    peaks = [next(p for p in PEAKS if p[0] == k) for k in shown]
+    peaks = [lookup(name) for name in PREDICT_DEVICES]
     print("predicted, not measured: time = kernel bytes / datasheet peak bandwidth")
     print("Llama-3-8B layer (32 q heads, 8 KV heads, head_dim 128, block 16, fp16)")
-    header = f"{'num_seqs x seq_len':>20} {'kernel MB':>10} " + " ".join(f"{p[1] + ' us':>15}" for p in peaks)
+    header = f"{'num_seqs x seq_len':>20} {'kernel MB':>10} " + " ".join(f"{p.label + ' us':>15}" for p in peaks)
     print(header)
     for b, n in SHAPES:
         nbytes = kernel_bytes(b, n)
-        cols = " ".join(f"{nbytes / p[2] * 1e6:>15.1f}" for p in peaks)
+        cols = " ".join(f"{nbytes / p.hbm_bytes_per_s * 1e6:>15.1f}" for p in peaks)
         print(f"{f'{b} x {n}':>20} {nbytes / 1e6:>10.1f} {cols}")
     print("baseline (gather + SDPA) moves at least 3x the KV bytes (read, write the copy, read it again)")
     print("  -> at equal bandwidth efficiency the paged kernel is predicted to be >= 3x faster")
-    for _, label, peak, ref in peaks:
-        print(f"  {label}: {peak / 1e12:.3g} TB/s — {ref}")
+    for p in peaks:
+        print(f"  {p.label}: {p.hbm_bytes_per_s / 1e12:.3g} TB/s — {p.reference}")
 
 
 def measure() -> None:
@@ -92,14 +65,14 @@ def measure() -> None:
 
     lab = load_lab(HERE / "test_lab.py")
     name = torch.cuda.get_device_name()
-    found = lookup_peak(name)
+    found = lookup(name)
     print(f"device: {name}")
     if found:
-        label, peak, ref = found
+        label, peak, ref = found.label, found.hbm_bytes_per_s, found.reference
         print(f"peak: {label} {peak / 1e12:.3g} TB/s — {ref}")
     else:
         peak = None
-        print("peak: unknown device, add it to PEAKS (bandwidth % column will be blank)")
+        print("peak: unknown device, add it to course/devices.py (bandwidth % column will be blank)")
 
     def gather_sdpa(q, k_cache, v_cache, tables, seq_len):
         b, nb = tables.shape

@@ -23,41 +23,16 @@ import sys
 from functools import partial
 from pathlib import Path
 
+from course.devices import lookup
+
 HERE = Path(__file__).resolve().parent
 PHASE02_LAB04 = HERE.parents[2] / "phase-02-paged-attention" / "labs" / "lab-04-triton-paged-attn" / "test_lab.py"
 
-# Peak HBM bandwidth in bytes/s, matched by substring of torch.cuda.get_device_name() (first match
-# wins, so the specific names come first), with the datasheet each number comes from.
-PEAKS = [
-    ("GH200 144G", 4.9e12, "NVIDIA GH200 Grace Hopper Superchip datasheet, 144GB HBM3e (4.9 TB/s)"),
-    ("GH200", 4.0e12, "NVIDIA GH200 Grace Hopper Superchip datasheet, 96GB HBM3 (4 TB/s)"),
-    ("H200", 4.8e12, "NVIDIA H200 Tensor Core GPU datasheet (HBM3e, 4.8 TB/s)"),
-    ("H100 NVL", 3.9e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (3.9 TB/s)"),
-    ("H100 PCIe", 2.0e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (2 TB/s)"),
-    ("H100", 3.35e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (HBM3, 3.35 TB/s)"),
-    ("B200", 8.0e12, "NVIDIA HGX B200 datasheet (HBM3e, 8 TB/s per GPU)"),
-    ("A100-SXM4-80GB", 2.039e12, "NVIDIA A100 Tensor Core GPU datasheet, 80GB SXM (2,039 GB/s)"),
-    ("A100 80GB PCIe", 1.935e12, "NVIDIA A100 Tensor Core GPU datasheet, 80GB PCIe (1,935 GB/s)"),
-    ("A100", 1.555e12, "NVIDIA A100 Tensor Core GPU datasheet, 40GB (1,555 GB/s)"),
-    ("L40S", 864e9, "NVIDIA L40S datasheet (864 GB/s)"),
-    ("L40", 864e9, "NVIDIA L40 datasheet (864 GB/s)"),     # before "L4": "NVIDIA L40" contains "L4"
-    ("L4", 300e9, "NVIDIA L4 Tensor Core GPU datasheet (300 GB/s)"),
-    ("A10", 600e9, "NVIDIA A10 Tensor Core GPU datasheet (600 GB/s)"),
-    ("T4", 320e9, "NVIDIA T4 Tensor Core GPU datasheet (320 GB/s)"),
-    ("RTX 4090", 1.008e12, "NVIDIA GeForce RTX 4090 specifications (1,008 GB/s)"),
-]
 PREDICT_DEVICE = ("H100 SXM", 3.35e12, 132)   # name, peak bytes/s (H100 datasheet), SMs (H100 SXM5: 132, NVIDIA H100 architecture whitepaper)
 
 # Llama-3.1-8B attention: 32 query heads, 8 KV heads, head_dim 128; fp16 cache, block_size 16.
 H, H_KV, D, BLOCK, ELEM = 32, 8, 128, 16, 2
 SHAPES = [(1, 8192), (1, 32768), (1, 131072), (4, 32768), (64, 4096)]   # (batch, seq_len)
-
-
-def peak_for(name: str) -> tuple[float, str] | None:
-    for key, peak, ref in PEAKS:
-        if key in name:
-            return peak, ref
-    return None
 
 
 def load_impl(impl: str):
@@ -103,12 +78,12 @@ def measure(lab) -> int:
     from triton.testing import do_bench
 
     dev = torch.cuda.get_device_name()
-    found = peak_for(dev)
+    found = lookup(dev)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if found is None:
-        print(f"{dev}: not in the peak table; add it to PEAKS with its datasheet value")
+        print(f"{dev}: not in the peak table; add it to course/devices.py with its datasheet value")
         return 2
-    peak, ref = found
+    peak, ref = found.hbm_bytes_per_s, found.reference
     label, base_fn = baseline(lab)
     print(f"device: {dev}, {sms} SMs; peak {peak / 1e12:.2f} TB/s ({ref})")
     print(f"baseline: {label}")

@@ -9,7 +9,7 @@ replays with CUDA events (the events bracket the whole loop, so GPU idle time be
 counts, which is the point), and prints the measured times, the speedup, and lab-02's model
 fitted to them (``compare_with_model``). It also counts the kernels of one step with the CUDA
 profiler and prints the roofline prediction (``predict_rows``) for the device when its peak is
-in ``PEAKS``. Needs CUDA; nothing here runs in the CPU test suite.
+in ``course/devices.py``. Needs CUDA; nothing here runs in the CPU test suite.
 """
 
 from __future__ import annotations
@@ -20,31 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `course`
 
+from course.devices import lookup
 from course.harness import load_lab
-
-# Datasheet peaks: HBM bandwidth (TB/s) and dense FP16/BF16 tensor-core TFLOP/s, matched by
-# substring of torch.cuda.get_device_name(). First match wins, so specific names come first
-# ("NVIDIA L40S" contains "L4", "NVIDIA GH200" contains "H200").
-PEAKS = [
-    ("H100 PCIe", {"hbm_tb_s": 2.0, "peak_tflops": 756.0}),      # NVIDIA H100 datasheet (PCIe)
-    ("H100 NVL", {"hbm_tb_s": 3.9, "peak_tflops": 835.0}),       # NVIDIA H100 datasheet (NVL)
-    ("H100", {"hbm_tb_s": 3.35, "peak_tflops": 989.0}),          # NVIDIA H100 datasheet (SXM5)
-    ("GH200", {"hbm_tb_s": 4.0, "peak_tflops": 989.0}),          # NVIDIA GH200 datasheet (96GB HBM3)
-    ("H200", {"hbm_tb_s": 4.8, "peak_tflops": 989.0}),           # NVIDIA H200 datasheet (SXM)
-    ("A100-SXM4-80GB", {"hbm_tb_s": 2.039, "peak_tflops": 312.0}),  # NVIDIA A100 datasheet (80GB SXM)
-    ("A100 80GB PCIe", {"hbm_tb_s": 1.935, "peak_tflops": 312.0}),  # NVIDIA A100 datasheet (80GB PCIe)
-    ("A100", {"hbm_tb_s": 1.555, "peak_tflops": 312.0}),         # NVIDIA A100 datasheet (40GB)
-    ("L40S", {"hbm_tb_s": 0.864, "peak_tflops": 362.0}),         # NVIDIA L40S datasheet
-    ("L40", {"hbm_tb_s": 0.864, "peak_tflops": 181.0}),          # NVIDIA L40 datasheet
-    ("L4", {"hbm_tb_s": 0.3, "peak_tflops": 121.0}),             # NVIDIA L4 datasheet
-]
-
-
-def peak_for(name: str) -> tuple[str, dict] | None:
-    for key, peak in PEAKS:
-        if key in name:
-            return key, peak
-    return None
 
 
 def time_us(fn, iters: int, warmup: int) -> float:
@@ -128,9 +105,11 @@ def main() -> None:
               f"{r['predicted_eager_us']:>12.1f} {r['predicted_speedup']:>7.2f}x")
     print(f"fitted launch cost: {lab.compare_with_model(n_cuda, measured)[0]['launch_us']:.2f} us per kernel")
 
-    peak = peak_for(name)
-    if peak:
-        key, p = peak
+    peak = lookup(name)
+    if peak and peak.dense_bf16_flops:
+        key = peak.label
+        # lab-02's predict_rows takes TB/s and TFLOP/s (dense FP16/BF16 tensor core).
+        p = {"hbm_tb_s": peak.hbm_bytes_per_s / 1e12, "peak_tflops": peak.dense_bf16_flops / 1e12}
         print(f"\nroofline prediction for {key} (launch 5 us, kernel floor 2 us), for comparison")
         for r in lab.predict_rows(n_cuda, cfg, tuple(args.batches), **p):
             print(f"{r['batch']:>5} gpu {r['gpu_us']:>7.0f} us   eager {r['eager_us']:>7.0f} us   "

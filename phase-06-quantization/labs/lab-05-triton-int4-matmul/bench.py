@@ -20,43 +20,19 @@ import os
 import sys
 from pathlib import Path
 
+from course.devices import lookup
+
 HERE = Path(__file__).resolve().parent
 
-# Datasheet peaks, matched by substring of torch.cuda.get_device_name() (first match wins, so a name
-# that contains another comes first: "GH200" before "H200", "H200 NVL" before "H200", "L40S" and "L40"
-# before "L4", the A100 variants before "A100", every "A100" before "A10"): HBM bytes/s, dense
-# fp16/bf16 tensor-core FLOP/s (no sparsity), source.
-PEAKS = [
-    ("GH200 144G", 4.9e12, 989e12, "NVIDIA GH200 Grace Hopper Superchip datasheet, 144GB HBM3e (4.9 TB/s, 1,979 TFLOP/s fp16 sparse)"),
-    ("GH200", 4.0e12, 989e12, "NVIDIA GH200 Grace Hopper Superchip datasheet, 96GB HBM3 (4 TB/s, 1,979 TFLOP/s fp16 sparse)"),
-    ("H200 NVL", 4.8e12, 835e12, "NVIDIA H200 Tensor Core GPU datasheet, H200 NVL (4.8 TB/s, 1,671 TFLOP/s fp16 sparse)"),
-    ("H200", 4.8e12, 989e12, "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM (4.8 TB/s HBM3e, 1,979 TFLOP/s fp16 sparse)"),
-    ("H100 NVL", 3.9e12, 835e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (3.9 TB/s, 1,671 TFLOP/s sparse)"),
-    ("H100 PCIe", 2.0e12, 756e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (2 TB/s, 1,513 TFLOP/s sparse)"),
-    ("H100", 3.35e12, 989e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (3.35 TB/s HBM3, 1,979 TFLOP/s sparse)"),
-    ("A100-SXM4-80GB", 2.039e12, 312e12, "NVIDIA A100 Tensor Core GPU datasheet, 80GB SXM (2,039 GB/s, 312 TFLOP/s)"),
-    ("A100 80GB PCIe", 1.935e12, 312e12, "NVIDIA A100 Tensor Core GPU datasheet, 80GB PCIe (1,935 GB/s, 312 TFLOP/s)"),
-    ("A100", 1.555e12, 312e12, "NVIDIA A100 Tensor Core GPU datasheet, 40GB SXM or PCIe (1,555 GB/s, 312 TFLOP/s)"),
-    ("L40S", 864e9, 362e12, "NVIDIA L40S datasheet (864 GB/s, 362 TFLOP/s fp16 dense, 733 sparse)"),
-    ("L40", 864e9, 181e12, "NVIDIA L40 datasheet (864 GB/s, 181 TFLOP/s fp16 dense, 362 sparse)"),
-    ("L4", 300e9, 121e12, "NVIDIA L4 Tensor Core GPU datasheet (300 GB/s, 242 TFLOP/s fp16 sparse)"),
-    ("A10", 600e9, 125e12, "NVIDIA A10 Tensor Core GPU datasheet (600 GB/s, 250 TFLOP/s fp16 sparse)"),
-    ("T4", 320e9, 65e12, "NVIDIA T4 Tensor Core GPU datasheet (320 GB/s, 65 TFLOP/s fp16)"),
-]
-PREDICT_DEVICE = "H100 SXM"
+PREDICT_DEVICE = "NVIDIA H100 80GB HBM3"   # torch.cuda.get_device_name() of an H100 SXM
+# The citation --predict prints (pinned in README.md); the figures themselves come from course/devices.py.
+PREDICT_REF = "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (3.35 TB/s HBM3, 1,979 TFLOP/s sparse)"
 
 # Llama-3-8B's projections (N = out_features, K = in_features), int4 weights with group 128.
 LAYERS = [("o_proj", 4096, 4096), ("gate_up_proj", 28672, 4096), ("down_proj", 4096, 14336)]
 BATCHES = [1, 4, 16, 64, 256]
 GROUP = 128
 CONFIGS = [(32, 128, 4), (64, 128, 4), (128, 128, 4), (64, 64, 4), (128, 128, 8)]   # (block_n, block_k, warps)
-
-
-def peak_for(name: str):
-    for key, bw, flops, ref in PEAKS:
-        if key in name:
-            return bw, flops, ref
-    return None
 
 
 def load_impl(impl: str):
@@ -66,8 +42,9 @@ def load_impl(impl: str):
 
 
 def predict(lab) -> None:
-    bw, flops, ref = peak_for(PREDICT_DEVICE)
-    print(f"predicted for {PREDICT_DEVICE}: {bw / 1e12:.2f} TB/s, {flops / 1e12:.0f} TFLOP/s dense fp16 ({ref})")
+    peak = lookup(PREDICT_DEVICE)
+    bw, flops, ref = peak.hbm_bytes_per_s, peak.dense_bf16_flops, PREDICT_REF
+    print(f"predicted for {peak.label}: {bw / 1e12:.2f} TB/s, {flops / 1e12:.0f} TFLOP/s dense fp16 ({ref})")
     print(f"Llama-3-8B projections, int4 g{GROUP} vs fp16; time = max(bytes / bandwidth, 2*M*N*K / peak)")
     print(f"{'layer':<13} {'N x K':>12} {'M':>4} {'fp16 MB':>8} {'int4 MB':>8} {'fp16 us':>8} {'int4 us':>8} {'speedup':>8}")
     for name, n, k in LAYERS:
@@ -87,11 +64,11 @@ def measure(lab) -> int:
     from triton.testing import do_bench
 
     dev = torch.cuda.get_device_name()
-    found = peak_for(dev)
-    if found is None:
-        print(f"{dev}: not in the peak table; add it to PEAKS with its datasheet values")
+    found = lookup(dev)
+    if found is None or found.dense_bf16_flops is None:
+        print(f"{dev}: not in the peak table; add it to course/devices.py with its datasheet values")
         return 2
-    bw, flops, ref = found
+    bw, flops, ref = found.hbm_bytes_per_s, found.dense_bf16_flops, found.reference
     from course.harness import load_lab
     lab03 = load_lab(HERE.parent / "lab-03-int4-groups-and-packing" / "test_lab.py", impl="solution")
     print(f"device: {dev}; peak {bw / 1e12:.2f} TB/s, {flops / 1e12:.0f} TFLOP/s dense fp16 ({ref})")

@@ -17,45 +17,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from pathlib import Path
 
+from course.devices import lookup
+
 HERE = Path(__file__).resolve().parent
 
-# Dense (no sparsity) bf16 tensor-core peak in FLOP/s, looked up from torch.cuda.get_device_name().
-# An entry matches when every one of its name tokens appears as a whole word (case-insensitive), and the
-# first match wins, so specific names come before generic ones: "GH200" before "H200", "L40S" and "L40"
-# before "L4", "H100 NVL"/"H100 PCIe" before "H100". Whole words keep "A10" from matching "A100" or "A10G".
-# Datasheets quote bf16 "with sparsity"; the dense figure is half of it.
-PEAKS = [
-    (("GH200",), 989e12, "NVIDIA GH200 Grace Hopper Superchip datasheet (1,979 TFLOP/s bf16 with sparsity)"),
-    (("H200", "NVL"), 835e12, "NVIDIA H200 Tensor Core GPU datasheet, H200 NVL (1,671 with sparsity)"),
-    (("H200",), 989e12, "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM (1,979 with sparsity)"),
-    (("H100", "NVL"), 835e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (1,671 with sparsity)"),
-    (("H100", "PCIe"), 756e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 PCIe (1,513 with sparsity)"),
-    (("H100",), 989e12, "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (1,979 with sparsity)"),
-    (("A100",), 312e12, "NVIDIA A100 Tensor Core GPU datasheet, every variant: SXM4/PCIe, 40/80 GB (624 with sparsity)"),
-    (("L40S",), 362e12, "NVIDIA L40S datasheet (733 with sparsity)"),
-    (("L40",), 181e12, "NVIDIA L40 datasheet (362 with sparsity)"),
-    (("L4",), 121e12, "NVIDIA L4 Tensor Core GPU datasheet (242 with sparsity)"),
-    (("A10",), 125e12, "NVIDIA A10 Tensor Core GPU datasheet (250 with sparsity)"),
-]
 PREDICT = ("H100 SXM", 989e12, 3.35e12, 132)   # name, peak FLOP/s, HBM B/s, SMs (NVIDIA H100 datasheet)
 TARGET = 0.80                                   # the lab's goal: >= 80 % of torch.matmul
 PREDICT_TILES = [(128, 128), (128, 256), (256, 128)]   # the tile shapes of GPU_CONFIGS' big configs
-
-
-def _has_word(name: str, token: str) -> bool:
-    return re.search(rf"(?<![A-Za-z0-9]){re.escape(token)}(?![A-Za-z0-9])", name, re.IGNORECASE) is not None
-
-
-def peak_for(name: str) -> tuple[float, str] | None:
-    """The first PEAKS row whose tokens all appear in ``name`` as whole words."""
-    for tokens, peak, ref in PEAKS:
-        if all(_has_word(name, t) for t in tokens):
-            return peak, ref
-    return None
 
 
 def load_impl(impl: str):
@@ -89,11 +60,11 @@ def measure(lab, shapes) -> int:
     from triton.testing import do_bench
 
     dev = torch.cuda.get_device_name()
-    found = peak_for(dev)
-    if found is None:
-        print(f"{dev}: not in the peak table; add it to PEAKS with its datasheet value")
+    found = lookup(dev)
+    if found is None or found.dense_bf16_flops is None:
+        print(f"{dev}: not in the peak table; add it to course/devices.py with its datasheet value")
         return 2
-    peak, ref = found
+    peak, ref = found.dense_bf16_flops, found.reference
     print(f"device: {dev}; peak {peak / 1e12:.0f} TFLOP/s dense bf16 ({ref})")
     print(f"{'shape':>16} {'torch ms':>9} {'TFLOP/s':>8} {'% peak':>7} | {'triton ms':>9} {'TFLOP/s':>8} {'% peak':>7}"
           f" {'vs torch':>9}  best config (BM, BN, BK, GROUP_M, warps, stages)")

@@ -17,46 +17,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
+from course.devices import lookup
+
 HERE = Path(__file__).resolve().parent
 
-# Dense (no sparsity) bf16 tensor-core FLOP/s and HBM bytes/s, looked up from torch.cuda.get_device_name().
-# An entry matches when every one of its name tokens appears as a whole word (case-insensitive); the first
-# match wins, so specific names come first: "GH200" before "H200", "L40S"/"L40" before "L4", the 80 GB
-# A100s before the generic (40 GB) A100. Datasheets quote bf16 "with sparsity"; the dense figure is half.
-PEAKS = [
-    (("GH200",), 989e12, 4.0e12, "NVIDIA GH200 datasheet (989 TFLOP/s dense bf16; 4 TB/s for 96 GB HBM3, 4.9 TB/s for 144 GB HBM3e)"),
-    (("H200", "NVL"), 835e12, 4.8e12, "NVIDIA H200 datasheet, H200 NVL (835 TFLOP/s dense bf16, 4.8 TB/s HBM3e)"),
-    (("H200",), 989e12, 4.8e12, "NVIDIA H200 datasheet, H200 SXM (989 TFLOP/s dense bf16, 4.8 TB/s HBM3e)"),
-    (("H100", "NVL"), 835e12, 3.9e12, "NVIDIA H100 datasheet, H100 NVL (835 TFLOP/s, 3.9 TB/s)"),
-    (("H100", "PCIe"), 756e12, 2.0e12, "NVIDIA H100 datasheet, H100 PCIe (756 TFLOP/s, 2 TB/s)"),
-    (("H100",), 989e12, 3.35e12, "NVIDIA H100 datasheet, H100 SXM (989 TFLOP/s, 3.35 TB/s)"),
-    (("A100", "80GB", "PCIe"), 312e12, 1.935e12, "NVIDIA A100 datasheet, 80GB PCIe (312 TFLOP/s, 1,935 GB/s)"),
-    (("A100", "80GB"), 312e12, 2.039e12, "NVIDIA A100 datasheet, 80GB SXM (312 TFLOP/s, 2,039 GB/s)"),
-    (("A100",), 312e12, 1.555e12, "NVIDIA A100 datasheet, 40GB PCIe/SXM (312 TFLOP/s, 1,555 GB/s)"),
-    (("L40S",), 362e12, 864e9, "NVIDIA L40S datasheet (362 TFLOP/s, 864 GB/s)"),
-    (("L40",), 181e12, 864e9, "NVIDIA L40 datasheet (181 TFLOP/s, 864 GB/s)"),
-    (("L4",), 121e12, 300e9, "NVIDIA L4 datasheet (121 TFLOP/s, 300 GB/s)"),
-    (("A10",), 125e12, 600e9, "NVIDIA A10 datasheet (125 TFLOP/s, 600 GB/s)"),
-]
 PREDICT = ("H100 SXM", 989e12, 3.35e12)
 D, F, E, K = 4096, 14336, 8, 2
 SHAPES = [8, 64, 4096]          # tokens per step
-
-
-def _has_word(name: str, token: str) -> bool:
-    return re.search(rf"(?<![A-Za-z0-9]){re.escape(token)}(?![A-Za-z0-9])", name, re.IGNORECASE) is not None
-
-
-def peak_for(name: str) -> tuple[float, float, str] | None:
-    """(FLOP/s, B/s, reference) of the first PEAKS row whose tokens all appear in ``name`` as whole words."""
-    for tokens, flops, bw, ref in PEAKS:
-        if all(_has_word(name, t) for t in tokens):
-            return flops, bw, ref
-    return None
 
 
 def load_impl(impl: str):
@@ -122,11 +92,11 @@ def measure(lab) -> int:
     from triton.testing import do_bench
 
     dev = torch.cuda.get_device_name()
-    found = peak_for(dev)
-    if found is None:
-        print(f"{dev}: not in the peak table; add it to PEAKS with its datasheet values")
+    found = lookup(dev)
+    if found is None or found.dense_bf16_flops is None:
+        print(f"{dev}: not in the peak table; add it to course/devices.py with its datasheet values")
         return 2
-    peak, bw, ref = found
+    peak, bw, ref = found.dense_bf16_flops, found.hbm_bytes_per_s, found.reference
     print(f"device: {dev}; {ref}")
     g = torch.Generator(device="cuda").manual_seed(0)
     w1 = (torch.randn(E, D, F, device="cuda", generator=g) / D ** 0.5).to(torch.bfloat16)

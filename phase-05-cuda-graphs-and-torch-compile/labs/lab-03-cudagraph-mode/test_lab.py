@@ -2,19 +2,17 @@ from course.harness import load_lab
 
 lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
 
-import ast
 import dataclasses
 import enum
 import itertools
 from collections.abc import Set as AbstractSet
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from course.pinned import compile_definitions
 from mini_vllm.cudagraph import default_capture_sizes
 
-UPSTREAM = Path(__file__).resolve().parents[3] / "upstream"
 MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 # mode -> (decode batch, mixed batch, needs piecewise compilation)
 TABLE = {
@@ -91,21 +89,14 @@ def test_capture_plan_order():
 # --- the pinned upstream code, compiled from upstream/ without importing vllm ---------------------
 
 
-def _compile_upstream(relpath, names, env):
-    tree = ast.parse((UPSTREAM / relpath).read_text())
-    nodes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in names]
-    exec(compile(ast.Module(body=nodes, type_ignores=[]), relpath, "exec"), env)  # noqa: S102 (our own parse of the pinned file)
-    return [env[n] for n in names]
-
-
 @pytest.fixture(scope="module")
 def upstream():
     env = {"enum": enum, "dataclass": dataclasses.dataclass, "replace": dataclasses.replace,
            "product": itertools.product, "AbstractSet": AbstractSet, "VllmConfig": object,
            "logger": SimpleNamespace(debug=lambda *a, **k: None)}
-    (mode_cls,) = _compile_upstream("vllm/config/compilation.py", ["CUDAGraphMode"], env)
-    _compile_upstream("vllm/forward_context.py", ["BatchDescriptor"], env)
-    (dispatcher_cls,) = _compile_upstream("vllm/v1/cudagraph_dispatcher.py", ["CudagraphDispatcher"], env)
+    (mode_cls,) = compile_definitions("vllm/config/compilation.py", ["CUDAGraphMode"], env)
+    compile_definitions("vllm/forward_context.py", ["BatchDescriptor"], env)
+    (dispatcher_cls,) = compile_definitions("vllm/v1/cudagraph_dispatcher.py", ["CudagraphDispatcher"], env)
 
     def make(mode, sizes, max_num_seqs):
         d = object.__new__(dispatcher_cls)  # skip __init__: it imports vllm.compilation

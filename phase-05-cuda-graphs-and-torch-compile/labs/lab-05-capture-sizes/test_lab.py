@@ -2,13 +2,12 @@ from course.harness import load_lab
 
 lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
 
-import ast
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-UPSTREAM = Path(__file__).resolve().parents[3] / "upstream"
+from course.pinned import compile_definitions
+
 LADDER_64 = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
 
 
@@ -80,15 +79,12 @@ def test_engine_ladder_follows_config():
 
 def _pinned_set_cudagraph_sizes():
     """Compile the pinned VllmConfig._set_cudagraph_sizes from upstream/ (no vllm import needed)."""
-    tree = ast.parse((UPSTREAM / "vllm/config/vllm.py").read_text())
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "VllmConfig")
-    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_set_cudagraph_sizes")
     env = {
         "CUDAGraphMode": SimpleNamespace(NONE="NONE"),
         "logger": SimpleNamespace(warning=lambda *a, **k: None, info=lambda *a, **k: None),
     }
-    exec(compile(ast.Module(body=[fn], type_ignores=[]), "vllm/config/vllm.py", "exec"), env)  # noqa: S102 (our own parse of the pinned file)
-    return env["_set_cudagraph_sizes"]
+    (fn,) = compile_definitions("vllm/config/vllm.py", ["VllmConfig._set_cudagraph_sizes"], env)
+    return fn
 
 
 @pytest.mark.upstream(needs="tree")

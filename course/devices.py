@@ -34,7 +34,7 @@ class DevicePeak:
 
 
 # (name tokens, peaks). ORDER MATTERS: the first row whose tokens all occur as whole words wins.
-# Merged from the six bench.py tables (phase-02 lab-04, phase-04 lab-05, phase-05 lab-04, phase-06
+# Merged from the six bench.py tables (phase-02 lab-06, phase-04 lab-04, phase-05 lab-05, phase-06
 # lab-05, phase-07 lab-05 and lab-06). The copies agreed on every figure they shared; they differed
 # only in which devices and variants they listed, and all of those are kept here.
 DEVICES: tuple[tuple[tuple[str, ...], DevicePeak], ...] = (

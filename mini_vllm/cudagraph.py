@@ -30,7 +30,7 @@ Mirrors (paths relative to ``upstream/``, vLLM v0.22.1 @ 0decac0):
 
 Leaves out: GPUs, streams, the shared memory pool, weak-ref outputs, warmup runs, the debug
 check of input addresses, the forward context and the FULL/PIECEWISE runtime-mode routing
-(phase 05 lab-03 builds that), every ``BatchDescriptor`` field except the shape, torch.compile,
+(phase 05 lab-04 builds that), every ``BatchDescriptor`` field except the shape, torch.compile,
 LoRA and data parallelism. Replays really recompute the ops (numpy has no recording), so only
 the launch count models the saving.
 """

@@ -152,7 +152,7 @@ def test_abort_request():
 
 
 def test_prefix_cache_savings_accounting():
-    """Phase 03 lab-06's numbers: 8 prompts sharing 64 tokens at block size 4, max_tokens 4."""
+    """Phase 03 lab-05's numbers: 8 prompts sharing 64 tokens at block size 4, max_tokens 4."""
     prompts = ["S" * 64 + str(i) for i in range(8)]
     params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
     totals = {}

@@ -1,7 +1,7 @@
 """Drive the real vLLM 0.22.1 ``BlockPool`` and ``Scheduler`` on a CPU, without a model.
 
 Used by mini's differential tests and benchmark, and by the course labs that read the real
-engine (Phase 01 lab-02, Phase 02 lab-03, Phase 03 lab-03). Importing *this* module imports
+engine (Phase 01 lab-02, Phase 02 lab-05, Phase 03 lab-06). Importing *this* module imports
 torch and vllm (seconds); ``import mini_vllm`` never does.
 
 Recipe (see ``shared/ref/real-vllm-on-cpu.md``): a model directory holding only the

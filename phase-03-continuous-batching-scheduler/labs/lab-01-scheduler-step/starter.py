@@ -1,4 +1,4 @@
-"""Lab 03-01 starter: write one scheduler step, the same shape as vLLM's ``Scheduler.schedule()``.
+"""Lab 06-01 starter: write one scheduler step, the same shape as vLLM's ``Scheduler.schedule()``.
 
 Your job: ``clamp`` (chunked prefill in three lines) and ``schedule_step`` (RUNNING first, then
 WAITING, no preemption: lab 04 adds that). ``Req`` and ``FakeKV`` are tiny stand-ins for

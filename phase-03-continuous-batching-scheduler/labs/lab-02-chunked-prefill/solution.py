@@ -1,4 +1,4 @@
-"""Lab 03-02 reference: chunked prefill changes *when* a prompt is computed, never *what* comes out.
+"""Lab 06-02 reference: chunked prefill changes *when* a prompt is computed, never *what* comes out.
 
 ``num_prefill_steps`` and ``predicted_chunks`` are the arithmetic of the clamp for a request
 alone in the engine; ``observe`` runs a prompt through ``mini_vllm.LLMEngine`` and records, for

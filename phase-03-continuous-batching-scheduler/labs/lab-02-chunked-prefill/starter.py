@@ -1,4 +1,4 @@
-"""Lab 03-02 starter: chunked prefill changes *when* a prompt is computed, never *what* comes out.
+"""Lab 06-02 starter: chunked prefill changes *when* a prompt is computed, never *what* comes out.
 
 Write ``num_prefill_steps`` and ``predicted_chunks`` (the clamp's arithmetic for a request alone
 in the engine) and ``observe`` (run a prompt through ``mini_vllm.LLMEngine`` and record, per

@@ -1,4 +1,4 @@
-"""Lab 03-04 starter: surviving memory pressure with recompute preemption.
+"""Lab 06-04 starter: surviving memory pressure with recompute preemption.
 
 Two 8-token prompts share a KV pool of 5 blocks x 4 slots (block 0 is the null block). Write the
 arithmetic (``kv_blocks_needed``, ``max_tokens_that_fit``), ``make_engine`` and ``trace``

@@ -1,4 +1,4 @@
-"""Lab 04-01 — paged attention with online softmax (starter: fill in the two functions).
+"""Lab 03-01 — paged attention with online softmax (starter: fill in the two functions).
 
 One decode step, one head: a single query vector attends over `seq_len` cached tokens whose
 K/V rows live in scattered physical blocks. `paged_online_attention` walks the logical blocks

@@ -1,4 +1,4 @@
-"""Lab 05-01 — the graph replay simulator (reference solution).
+"""Lab 03-01 — the graph replay simulator (reference solution).
 
 The reference implementation of this lab *is* the course engine's module
 ``mini_vllm/cudagraph.py``: ``LaunchCounter``, ``run_eager``, ``GraphEntry`` and ``GraphRunner``

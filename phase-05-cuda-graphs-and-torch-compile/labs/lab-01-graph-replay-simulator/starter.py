@@ -1,4 +1,4 @@
-"""Lab 05-01 — the graph replay simulator (starter: write the counter, eager, capture and replay).
+"""Lab 03-01 — the graph replay simulator (starter: write the counter, eager, capture and replay).
 
 A CUDA graph records a fixed sequence of kernel launches once and replays it with a single
 call. You model it with numpy, where an "op" is any callable on an array and the only clock is

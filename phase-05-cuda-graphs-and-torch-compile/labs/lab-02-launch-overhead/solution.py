@@ -1,4 +1,4 @@
-"""Lab 05-02 — launch overhead: when does a CUDA graph pay for itself? (reference solution)
+"""Lab 03-02 — launch overhead: when does a CUDA graph pay for itself? (reference solution)
 
 Two small models, both counted rather than timed.
 

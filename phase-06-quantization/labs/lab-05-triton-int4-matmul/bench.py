@@ -70,7 +70,7 @@ def measure(lab) -> int:
         return 2
     bw, flops, ref = found.hbm_bytes_per_s, found.dense_bf16_flops, found.reference
     from course.harness import load_lab
-    lab03 = load_lab(HERE.parent / "lab-03-int4-groups-and-packing" / "test_lab.py", impl="solution")
+    lab03 = load_lab(HERE.parent / "lab-02-int4-groups-and-packing" / "test_lab.py", impl="solution")
     print(f"device: {dev}; peak {bw / 1e12:.2f} TB/s, {flops / 1e12:.0f} TFLOP/s dense fp16 ({ref})")
     print("baseline: torch.matmul(x, W.T) in fp16 (cuBLAS), W = the same int4 weights dequantized")
     print(f"{'layer':<13} {'M':>4} {'config':>11} {'int4 us':>8} {'GB/s':>6} {'%peak':>6} "

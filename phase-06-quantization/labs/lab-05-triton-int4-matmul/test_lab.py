@@ -10,15 +10,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-# lab-03's numpy reference: quantize_grouped, pack_int4, unpack_int4, dequantize_grouped
-LAB03 = load_lab(Path(__file__).resolve().parent.parent / "lab-03-int4-groups-and-packing" / "test_lab.py",
+# lab-02's numpy reference: quantize_grouped, pack_int4, unpack_int4, dequantize_grouped
+LAB03 = load_lab(Path(__file__).resolve().parent.parent / "lab-02-int4-groups-and-packing" / "test_lab.py",
                  impl="solution")
 
 H100 = (3.35e12, 989e12)   # H100 SXM: HBM3 bytes/s, dense fp16 FLOP/s (NVIDIA H100 datasheet)
 
 
 def _quantized(n, k, group, seed):
-    """A seeded W quantized and packed by lab-03, with its dequantized float64 twin."""
+    """A seeded W quantized and packed by lab-02, with its dequantized float64 twin."""
     W = np.random.default_rng(seed).standard_normal((n, k)).astype(np.float32)
     q, s = LAB03.quantize_grouped(W, group)
     packed = LAB03.pack_int4(q)
@@ -85,7 +85,7 @@ def test_nibble_order_matches_lab03():
     y = lab.int4_matmul(eye, packed, scales, group_size=64, block_n=16, block_k=32).double().numpy()
     assert np.allclose(y, w_ref[:, :17].T, atol=1e-6), (
         "feeding one-hot rows of x reads W column by column, and the columns come out in the wrong places: "
-        "byte j holds k = 2j in its LOW nibble and k = 2j + 1 in its HIGH nibble (lab-03's order)"
+        "byte j holds k = 2j in its LOW nibble and k = 2j + 1 in its HIGH nibble (lab-02's order)"
     )
 
 

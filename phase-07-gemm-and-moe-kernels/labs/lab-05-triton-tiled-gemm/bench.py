@@ -45,7 +45,7 @@ def predict(lab, shapes) -> None:
         print(f"{M}x{N}x{K} bf16: {flops / 1e9:.1f} GFLOP -> at least {ideal * 1e3:.3f} ms at peak;"
               f" operands {operands / 1e6:.1f} MB ({flops / operands:.0f} FLOP/byte if each is read once)")
         for bm, bn in PREDICT_TILES:
-            loads = M * K * math.ceil(N / bn) + K * N * math.ceil(M / bm)   # lab 03's tiled_traffic
+            loads = M * K * math.ceil(N / bn) + K * N * math.ceil(M / bm)   # lab 02's tiled_traffic
             tiles = math.ceil(M / bm) * math.ceil(N / bn)
             ra = sum(lab.panels_in_wave(M, N, bm, bn, 1, sms))
             gr = sum(lab.panels_in_wave(M, N, bm, bn, 8, sms))

@@ -1,6 +1,6 @@
 """MUTANT (skip_instead_of_break): skips a waiter that does not fit and admits smaller ones behind it (no head-of-line blocking).
 
-Lab 03-01 reference: one scheduler step, the same shape as vLLM's ``Scheduler.schedule()``.
+Lab 06-01 reference: one scheduler step, the same shape as vLLM's ``Scheduler.schedule()``.
 
 ``clamp`` is chunked prefill in three lines; ``schedule_step`` is the two-phase loop (RUNNING
 first, then WAITING) without preemption, which lab 04 adds. ``Req`` and ``FakeKV`` are tiny

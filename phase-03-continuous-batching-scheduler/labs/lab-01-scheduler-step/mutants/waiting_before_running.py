@@ -1,6 +1,6 @@
 """MUTANT (waiting_before_running): admits WAITING requests before serving RUNNING ones, so a newcomer can starve a decode.
 
-Lab 03-01 reference: one scheduler step, the same shape as vLLM's ``Scheduler.schedule()``.
+Lab 06-01 reference: one scheduler step, the same shape as vLLM's ``Scheduler.schedule()``.
 
 ``clamp`` is chunked prefill in three lines; ``schedule_step`` is the two-phase loop (RUNNING
 first, then WAITING) without preemption, which lab 04 adds. ``Req`` and ``FakeKV`` are tiny

@@ -1,6 +1,6 @@
 """MUTANT (samples_every_step): records "sampled" for every scheduled step, ignoring the catch-up guard.
 
-Lab 03-02 reference: chunked prefill changes *when* a prompt is computed, never *what* comes out.
+Lab 06-02 reference: chunked prefill changes *when* a prompt is computed, never *what* comes out.
 
 ``num_prefill_steps`` and ``predicted_chunks`` are the arithmetic of the clamp for a request
 alone in the engine; ``observe`` runs a prompt through ``mini_vllm.LLMEngine`` and records, for

@@ -1,6 +1,6 @@
 """MUTANT (blocks_for_every_token): reserves KV for the last sampled token as well (prompt + max_tokens).
 
-Lab 03-04 reference: surviving memory pressure with recompute preemption.
+Lab 06-04 reference: surviving memory pressure with recompute preemption.
 
 Two 8-token prompts share a KV pool of 5 blocks x 4 slots. Block 0 is the null block, so 16 slots
 hold KV. The configuration first proposed for this lab (``max_tokens=20``) can never deliver its

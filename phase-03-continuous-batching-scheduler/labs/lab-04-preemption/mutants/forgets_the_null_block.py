@@ -1,6 +1,6 @@
 """MUTANT (forgets_the_null_block): treats all num_gpu_blocks as usable, forgetting block 0 is the null block.
 
-Lab 03-04 reference: surviving memory pressure with recompute preemption.
+Lab 06-04 reference: surviving memory pressure with recompute preemption.
 
 Two 8-token prompts share a KV pool of 5 blocks x 4 slots. Block 0 is the null block, so 16 slots
 hold KV. The configuration first proposed for this lab (``max_tokens=20``) can never deliver its

@@ -1,6 +1,6 @@
 """MUTANT (kv_only_arithmetic): counts only KV slots (L + T - 1 <= usable) and forgets that max_model_len counts the last sampled token: allows 9.
 
-Lab 03-04 reference: surviving memory pressure with recompute preemption.
+Lab 06-04 reference: surviving memory pressure with recompute preemption.
 
 Two 8-token prompts share a KV pool of 5 blocks x 4 slots. Block 0 is the null block, so 16 slots
 hold KV. The configuration first proposed for this lab (``max_tokens=20``) can never deliver its

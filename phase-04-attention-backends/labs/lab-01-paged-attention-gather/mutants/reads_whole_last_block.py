@@ -1,6 +1,6 @@
 """MUTANT: reads the whole last block instead of only the valid rows (attends over garbage).
 
-Lab 04-01 — paged attention with online softmax (reference solution).
+Lab 03-01 — paged attention with online softmax (reference solution).
 
 One decode step, one head: a single query vector attends over `seq_len` cached tokens whose
 K/V rows live in scattered physical blocks. `paged_online_attention` walks the logical blocks

@@ -1,6 +1,6 @@
 """MUTANT — eager_step_us adds launch and kernel time for every kernel, as if the CPU waited for each kernel to finish.
 
-Lab 05-02 — launch overhead: when does a CUDA graph pay for itself? (reference solution)
+Lab 03-02 — launch overhead: when does a CUDA graph pay for itself? (reference solution)
 
 Two small models, both counted rather than timed.
 

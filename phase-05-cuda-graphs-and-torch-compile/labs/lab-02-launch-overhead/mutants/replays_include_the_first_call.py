@@ -1,6 +1,6 @@
 """MUTANT — graph_launches charges a replay for the first call too: capture + k instead of capture + (k - 1).
 
-Lab 05-02 — launch overhead: when does a CUDA graph pay for itself? (reference solution)
+Lab 03-02 — launch overhead: when does a CUDA graph pay for itself? (reference solution)
 
 Two small models, both counted rather than timed.
 

@@ -1,6 +1,6 @@
 """MUTANT — crossover counts a tie (graph == eager) as the graph winning, so it answers call 1.
 
-Lab 05-02 — launch overhead: when does a CUDA graph pay for itself? (reference solution)
+Lab 03-02 — launch overhead: when does a CUDA graph pay for itself? (reference solution)
 
 Two small models, both counted rather than timed.
 

@@ -2,7 +2,7 @@
 
 Lab 06-05 — a fused int4 dequantize-and-multiply kernel in Triton (reference solution).
 
-``y = x @ W.T`` where ``W`` (N, K) is stored the way lab-03 stores it:
+``y = x @ W.T`` where ``W`` (N, K) is stored the way lab-02 stores it:
 
     packed  uint8   (N, K // 2)          byte j of row n = (q[n, 2j] + 8) | (q[n, 2j+1] + 8) << 4
     scales  float16 (N, K // group)      W[n, k] = scales[n, k // group] * q[n, k]
@@ -135,7 +135,7 @@ def predicted_speedup(m: int, n: int, k: int, bandwidth: float, peak_flops: floa
 
 # --------------------------------------------------------------------------- provided: an example
 def random_int4_weight(n: int, k: int, group_size: int, seed: int = 0, device: str = "cpu"):
-    """Seeded (packed uint8 (N, K//2), scales float16 (N, K//group)) built like lab-03's output."""
+    """Seeded (packed uint8 (N, K//2), scales float16 (N, K//group)) built like lab-02's output."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randint(-7, 8, (n, k), generator=g, dtype=torch.int16)
     u = (q + 8).to(torch.uint8)
@@ -150,7 +150,7 @@ def main() -> None:
     from course.harness import load_lab
 
     labs = next(p for p in Path(__file__).resolve().parents if p.name == "labs")
-    lab03 = load_lab(labs / "lab-03-int4-groups-and-packing" / "test_lab.py", impl="solution")
+    lab03 = load_lab(labs / "lab-02-int4-groups-and-packing" / "test_lab.py", impl="solution")
     W = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
     q, s = lab03.quantize_grouped(W, 32)
     packed = torch.from_numpy(lab03.pack_int4(q))
@@ -159,7 +159,7 @@ def main() -> None:
     want = x.double().numpy() @ lab03.dequantize_grouped(q, s, 32).astype(np.float64).T
     print("Fused int4 matmul (Triton; the CPU interpreter when there is no GPU): x (3, 64) @ W.T,")
     print(f"  W (32, 64) packed to {tuple(packed.shape)} uint8 + {tuple(s.shape)} fp16 scales (group 32)")
-    print(f"  agrees with lab-03's numpy dequantization: {bool(np.abs(y.double().numpy() - want).max() < 1e-4)}")
+    print(f"  agrees with lab-02's numpy dequantization: {bool(np.abs(y.double().numpy() - want).max() < 1e-4)}")
     print()
     bw, flops = 3.35e12, 989e12   # H100 SXM: HBM3 bandwidth, dense fp16 tensor-core peak (NVIDIA H100 datasheet)
     n, k = 4096, 4096

@@ -7,11 +7,11 @@ linear layer stores its weight). One Triton *program* computes one ``BLOCK_M × 
 ``C``: it walks ``K`` in steps of ``BLOCK_K``, loading an ``A`` tile and a ``B`` tile per step and
 accumulating ``tl.dot`` into a float32 accumulator that lives in registers for the whole loop;
 the tile is written once, in ``C``'s dtype. Loads and the store are masked, so ragged shapes work
-(lab 03's ``min()`` clipping).
+(lab 02's ``min()`` clipping).
 
 Three knobs make it fast on a GPU:
 
-* the tile sizes: lab 03's reuse arithmetic (a 128 × 128 tile reuses each loaded element 128 times);
+* the tile sizes: lab 02's reuse arithmetic (a 128 × 128 tile reuses each loaded element 128 times);
 * ``GROUP_M``: programs are numbered so that consecutive ones sweep a group of ``GROUP_M`` tile
   rows column by column, instead of one whole row after another; programs running at the same
   time then share A and B panels in the L2 cache (``program_tile`` is the same formula in Python);

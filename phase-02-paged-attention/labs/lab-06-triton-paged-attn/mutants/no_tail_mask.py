@@ -1,0 +1,188 @@
+"""MUTANT: the kernel loads and scores every row of the last block, ignoring seq_len inside the tail block.
+
+Lab 02.06 — a paged decode-attention kernel in Triton, GQA-aware (reference solution).
+
+One decode step for a batch of sequences: each sequence has ONE new query token per query head
+and reads its past K/V through a block table.
+
+    q            [num_seqs, num_q_heads, head_dim]
+    k_cache      [num_blocks, block_size, num_kv_heads, head_dim]   (v_cache: same shape)
+    block_tables [num_seqs, max_blocks_per_seq] int32   logical block -> physical block
+    seq_lens     [num_seqs] int32                        valid tokens per sequence
+    out          [num_seqs, num_q_heads, head_dim] = softmax(q K^T / sqrt(d)) V, per head
+
+Token t of a sequence sits in physical block block_tables[s, t // block_size], row t % block_size.
+
+The kernel runs one program per (sequence, KV head). That program loads each K/V tile ONCE and uses
+it for every query head of its group (num_q_heads // num_kv_heads of them): the GQA saving.
+It streams over the logical blocks with an online softmax (running max m, running sum l,
+accumulator acc, all fp32), so it never materialises the scores or a contiguous copy of K/V.
+
+On a machine without CUDA the course's conftest sets TRITON_INTERPRET=1 and this same kernel runs
+on CPU tensors through Triton's interpreter (slowly: keep shapes tiny there).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+if not torch.cuda.is_available():               # no GPU: run kernels in Triton's CPU interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# triton must be imported after TRITON_INTERPRET is decided
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _paged_decode_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr,
+    scale,
+    stride_qs, stride_qh,                  # q / out: [seq, head, dim], dim contiguous
+    stride_kb, stride_kt, stride_kh,       # caches: [block, token, kv_head, dim], dim contiguous
+    stride_bt,                             # block_tables: [seq, logical block]
+    QUERIES_PER_KV: tl.constexpr,          # num_q_heads // num_kv_heads
+    GROUP: tl.constexpr,                   # QUERIES_PER_KV rounded up to a power of two
+    BLOCK_SIZE: tl.constexpr,              # tokens per KV block (the tile size)
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_P2: tl.constexpr,             # HEAD_DIM rounded up to a power of two
+):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    seq_len = tl.load(seq_lens_ptr + seq)
+
+    g = tl.arange(0, GROUP)                                   # query heads of this group
+    d = tl.arange(0, HEAD_DIM_P2)
+    t = tl.arange(0, BLOCK_SIZE)                              # row inside a block
+    g_mask = g < QUERIES_PER_KV
+    d_mask = d < HEAD_DIM
+    q_heads = kv_head * QUERIES_PER_KV + g
+
+    q = tl.load(q_ptr + seq * stride_qs + q_heads[:, None] * stride_qh + d[None, :],
+                mask=g_mask[:, None] & d_mask[None, :], other=0.0).to(tl.float32)   # [GROUP, D]
+
+    m = tl.full([GROUP], float("-inf"), tl.float32)           # running max of the scores
+    l = tl.zeros([GROUP], tl.float32)                         # running sum of exp(score - m)
+    acc = tl.zeros([GROUP, HEAD_DIM_P2], tl.float32)          # running sum of p * V
+
+    num_logical_blocks = tl.cdiv(seq_len, BLOCK_SIZE)
+    for i in range(num_logical_blocks):
+        physical = tl.load(block_tables_ptr + seq * stride_bt + i).to(tl.int64)   # the indirection
+        tok_mask = t < BLOCK_SIZE                                                 # (forgot seq_len)
+        kv_off = physical * stride_kb + t[:, None] * stride_kt + kv_head * stride_kh + d[None, :]
+        kv_mask = tok_mask[:, None] & d_mask[None, :]
+        k = tl.load(k_cache_ptr + kv_off, mask=kv_mask, other=0.0).to(tl.float32)  # [BLOCK, D]
+        v = tl.load(v_cache_ptr + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
+
+        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale                  # [GROUP, BLOCK]
+        s = tl.where(tok_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)                              # rescale what we had so far
+        p = tl.exp(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        m = m_new
+
+    out = acc / l[:, None]
+    tl.store(out_ptr + seq * stride_qs + q_heads[:, None] * stride_qh + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=g_mask[:, None] & d_mask[None, :])
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+    """Launch the kernel over grid (num_seqs, num_kv_heads); returns a tensor shaped like q."""
+    num_seqs, num_q_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    if num_q_heads % num_kv_heads:
+        raise ValueError("num_q_heads must be a multiple of num_kv_heads")
+    if block_size & (block_size - 1):
+        raise ValueError("block_size must be a power of two (it is the kernel's tile size)")
+    q = q.contiguous()
+    out = torch.empty_like(q)
+    queries_per_kv = num_q_heads // num_kv_heads
+    grid = (num_seqs, num_kv_heads)
+    _paged_decode_kernel[grid](
+        q, k_cache, v_cache, block_tables, seq_lens, out,
+        1.0 / math.sqrt(head_dim),
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0),
+        QUERIES_PER_KV=queries_per_kv,
+        GROUP=triton.next_power_of_2(queries_per_kv),
+        BLOCK_SIZE=block_size,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_P2=triton.next_power_of_2(head_dim),
+    )
+    return out
+
+
+def paged_attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          block_tables: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+    """Slow, obvious reference: for each sequence, walk its logical blocks, copy the valid rows
+    out through the table, then do a plain softmax in fp32. Use it to debug the kernel."""
+    num_seqs, num_q_heads, head_dim = q.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_q_heads // num_kv_heads
+    out = torch.empty_like(q)
+    for s in range(num_seqs):
+        n = int(seq_lens[s])
+        rows_k, rows_v = [], []
+        for i in range(-(-n // block_size)):
+            physical = int(block_tables[s, i])
+            valid = min(block_size, n - i * block_size)
+            rows_k.append(k_cache[physical, :valid])
+            rows_v.append(v_cache[physical, :valid])
+        k = torch.cat(rows_k).float()                              # [n, kv_heads, d]
+        v = torch.cat(rows_v).float()
+        k = k.repeat_interleave(group, dim=1)                      # [n, q_heads, d]
+        v = v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,nhd->hn", q[s].float(), k) / math.sqrt(head_dim)
+        p = torch.softmax(scores, dim=-1)
+        out[s] = torch.einsum("hn,nhd->hd", p, v).to(q.dtype)
+    return out
+
+
+def make_problem(num_seqs: int, num_q_heads: int, num_kv_heads: int, head_dim: int, block_size: int,
+                 seq_lens: list[int], num_blocks: int, dtype=torch.float32, device="cpu", seed: int = 0):
+    """A random paged KV cache and query batch; each sequence gets distinct physical blocks in a
+    shuffled order (provided helper)."""
+    gen = torch.Generator().manual_seed(seed)
+    max_blocks = max(-(-n // block_size) for n in seq_lens)
+    need = sum(-(-n // block_size) for n in seq_lens)
+    if need > num_blocks:
+        raise ValueError(f"{need} blocks needed, pool has {num_blocks}")
+    perm = torch.randperm(num_blocks, generator=gen)
+    tables = torch.zeros(num_seqs, max_blocks, dtype=torch.int32)
+    pos = 0
+    for s, n in enumerate(seq_lens):
+        nb = -(-n // block_size)
+        tables[s, :nb] = perm[pos:pos + nb].to(torch.int32)
+        pos += nb
+    q = torch.randn(num_seqs, num_q_heads, head_dim, generator=gen)
+    k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=gen)
+    v_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=gen)
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    return tuple(x.to(device) if x.dtype == torch.int32 else x.to(device=device, dtype=dtype)
+                 for x in (q, k_cache, v_cache, tables, lens))
+
+
+def main() -> None:
+    block_size, seq_len = 16, 130
+    q, k_cache, v_cache, tables, lens = make_problem(
+        num_seqs=1, num_q_heads=4, num_kv_heads=2, head_dim=16, block_size=block_size,
+        seq_lens=[seq_len], num_blocks=96, seed=0)
+    ids = tables[0].tolist()
+    print(f"seq_len={seq_len} block_size={block_size} -> {len(ids)} logical blocks, physical ids = {ids}")
+    print(f"the 9th block holds {seq_len} - 8*{block_size} = {seq_len - 8 * block_size} valid tokens")
+    ref = paged_attention_torch(q, k_cache, v_cache, tables, lens)
+    got = paged_decode_attention(q, k_cache, v_cache, tables, lens)
+    diff = (got - ref).abs().max().item()
+    print(f"triton vs torch reference (fp32): max|diff| < 1e-4 -> {diff < 1e-4}")
+    print("GQA: 4 query heads share 2 KV heads; grid = (1 sequence, 2 KV heads) = 2 programs")
+
+
+if __name__ == "__main__":
+    main()

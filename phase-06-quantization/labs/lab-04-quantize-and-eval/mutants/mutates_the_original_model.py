@@ -1,0 +1,237 @@
+"""MUTANT — swaps the layers in place instead of on a deep copy, so the fp32 reference is quantized too.
+
+Lab 06-04 — quantize a model and measure what it costs (reference solution, CPU path).
+
+A small seeded torch model (an MLP block: Linear 256→1024, GELU, Linear 1024→256, no biases) is
+quantized four ways, through the same two-method interface vLLM uses for every format:
+
+    get_quant_method(fmt)  ->  a LinearMethod           (vLLM: QuantizationConfig.get_quant_method)
+    method.create_weights(layer, weight)                (allocate + fill the stored tensors)
+    method.apply(layer, x) -> y                         (the layer's matmul, in that format)
+
+Formats (names as a model card would write them):
+
+* ``fp16``      16-bit weights, the serving baseline.
+* ``int8``      W8A16: int8 weights, one fp32 scale per output channel; activations untouched.
+* ``fp8``       W8A8: float8_e4m3fn weights with ONE per-tensor scale (what vLLM's online
+                ``quantization="fp8"`` stores), and activations quantized to e4m3 per token on
+                every call (its "dynamic" activation scheme). The matmul runs on the fp8 values and
+                both scales are applied once to the result, as a scaled-mm kernel does.
+* ``fp8-w8a16`` the same fp8 weights with activations left alone: what vLLM falls back to (Marlin,
+                weight-only) on GPUs without fp8 tensor cores.
+* ``int4-g128`` / ``int4-g32``  W4A16: int4 nibbles packed two per byte (lab-02's layout), one
+                fp16 scale per group of 128 (or 32) inputs.
+
+``quantize_model`` swaps every ``nn.Linear`` for a ``QuantLinear`` whose ``forward`` only calls
+``self.quant_method.apply``: the model code never branches on the format.
+
+On a GPU box, ``run.py`` does the same comparison with the real vLLM 0.22.1 and a real model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from course.harness import load_lab
+
+_LABS = next(p for p in Path(__file__).resolve().parents if p.name == "labs")   # works from mutants/ too
+LAB03 = load_lab(_LABS / "lab-02-int4-groups-and-packing" / "test_lab.py", impl="solution")   # lab-02's reference
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8).max)     # 448.0: the largest finite e4m3fn value
+FORMATS = ("fp16", "int8", "fp8-w8a16", "fp8", "int4-g32", "int4-g128")
+
+
+# --------------------------------------------------------------------------- provided: the interface
+class LinearMethod:
+    """One quantization format for linear layers (vLLM: ``LinearMethodBase``)."""
+
+    def create_weights(self, layer: QuantLinear, weight: torch.Tensor) -> None:
+        """Compute and register on ``layer`` the tensors this format stores for ``weight`` (out, in)."""
+        raise NotImplementedError
+
+    def apply(self, layer: QuantLinear, x: torch.Tensor) -> torch.Tensor:
+        """``y ≈ x @ weight.T`` from the stored tensors; ``x`` is (tokens, in) float32."""
+        raise NotImplementedError
+
+
+class UnquantizedMethod(LinearMethod):
+    """The fp16 baseline (vLLM: ``UnquantizedLinearMethod``): store the weight in 16 bits."""
+
+    def create_weights(self, layer, weight):
+        layer.register_buffer("weight", weight.to(torch.float16))
+
+    def apply(self, layer, x):
+        return x @ layer.weight.float().T
+
+
+class QuantLinear(nn.Module):
+    """A linear layer that owns a method and delegates its math to it (vLLM: ``LinearBase``)."""
+
+    def __init__(self, weight: torch.Tensor, quant_method: LinearMethod):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.quant_method = quant_method
+        quant_method.create_weights(self, weight.detach().float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.quant_method.apply(self, x)
+
+
+# --------------------------------------------------------------------------- the lab
+def quantize_fp8(t: torch.Tensor, dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale ``t`` into e4m3's range and cast: returns ``(t_fp8, scale)`` with ``t ≈ t_fp8.float() * scale``.
+
+    ``dim=None``: one scale for the tensor, ``max|t| / 448``. ``dim=-1``: one scale per row (per
+    token), shape (rows, 1). A zero max gets scale 1. Values are clamped to ±448 before the cast
+    (some backends turn out-of-range values into NaN instead of saturating).
+    """
+    amax = t.abs().amax() if dim is None else t.abs().amax(dim=dim, keepdim=True)
+    scale = (amax / FP8_MAX).float()
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    return (t / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+class Int8PerChannelMethod(LinearMethod):
+    """W8A16: ``qweight`` int8 (out, in) and ``weight_scale`` float32 (out,), ``scale = max|row| / 127``."""
+
+    def create_weights(self, layer, weight):
+        scale = weight.abs().amax(dim=1) / 127.0
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+        q = torch.clamp(torch.round(weight / scale[:, None]), -127, 127).to(torch.int8)
+        layer.register_buffer("qweight", q)
+        layer.register_buffer("weight_scale", scale.float())
+
+    def apply(self, layer, x):
+        return x @ (layer.qweight.float() * layer.weight_scale[:, None]).T
+
+
+class Fp8Method(LinearMethod):
+    """``weight`` float8_e4m3fn (out, in) + ``weight_scale`` (one float32, shape (1,)).
+
+    ``quantize_activations=True`` is W8A8: every call quantizes ``x`` to e4m3 with one scale per
+    token, multiplies the fp8 values, and applies both scales to the result. ``False`` is W8A16:
+    the weight is dequantized and ``x`` is used as is.
+    """
+
+    def __init__(self, quantize_activations: bool = True):
+        self.quantize_activations = quantize_activations
+
+    def create_weights(self, layer, weight):
+        w8, scale = quantize_fp8(weight)
+        layer.register_buffer("weight", w8)
+        layer.register_buffer("weight_scale", scale.reshape(1))
+
+    def apply(self, layer, x):
+        if not self.quantize_activations:
+            return x @ (layer.weight.float() * layer.weight_scale).T
+        x8, x_scale = quantize_fp8(x, dim=-1)                     # dynamic, per token: (tokens, 1)
+        acc = x8.float() @ layer.weight.float().T                  # what the fp8 tensor cores multiply
+        return acc * x_scale * layer.weight_scale                  # both scales once, in the epilogue
+
+
+class Int4GroupMethod(LinearMethod):
+    """W4A16: ``qweight`` uint8 (out, in // 2), two nibbles per byte; ``scales`` float16 (out, in // group)."""
+
+    def __init__(self, group_size: int = 128):
+        self.group_size = group_size
+
+    def create_weights(self, layer, weight):
+        q, scales = LAB03.quantize_grouped(weight.numpy(), self.group_size)
+        layer.register_buffer("qweight", torch.from_numpy(LAB03.pack_int4(q)))
+        layer.register_buffer("scales", torch.from_numpy(scales))
+
+    def apply(self, layer, x):
+        q = LAB03.unpack_int4(layer.qweight.numpy())
+        w = LAB03.dequantize_grouped(q, layer.scales.numpy(), self.group_size)
+        return x @ torch.from_numpy(w).T
+
+
+def get_quant_method(fmt: str) -> LinearMethod:
+    """The registry: a format name -> a fresh method object. Unknown names raise ValueError listing FORMATS."""
+    if fmt == "fp16":
+        return UnquantizedMethod()
+    if fmt == "int8":
+        return Int8PerChannelMethod()
+    if fmt in ("fp8", "fp8-w8a16"):
+        return Fp8Method(quantize_activations=(fmt == "fp8"))
+    if fmt.startswith("int4-g") and fmt in FORMATS:
+        return Int4GroupMethod(int(fmt.removeprefix("int4-g")))
+    raise ValueError(f"unknown quantization format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+def quantize_model(model: nn.Module, fmt: str) -> nn.Module:
+    """A deep copy of ``model`` with every ``nn.Linear`` replaced by a ``QuantLinear`` for ``fmt``.
+
+    The original model is left untouched. Each layer gets its own method object from
+    ``get_quant_method``.
+    """
+    qmodel = model
+    for name, child in list(qmodel.named_modules()):
+        for attr, sub in list(child.named_children()):
+            if isinstance(sub, nn.Linear):
+                setattr(child, attr, QuantLinear(sub.weight.data, get_quant_method(fmt)))
+    return qmodel
+
+
+# --------------------------------------------------------------------------- provided: model, meters
+def build_model(seed: int = 0, d_model: int = 256, d_hidden: int = 1024) -> nn.Sequential:
+    """The seeded fp32 MLP block every format is measured on (weights ~ N(0, 1/fan_in))."""
+    g = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Linear(d_model, d_hidden, bias=False), nn.GELU(), nn.Linear(d_hidden, d_model, bias=False))
+    with torch.no_grad():
+        for layer in (model[0], model[2]):
+            layer.weight.copy_(torch.randn(layer.weight.shape, generator=g) / layer.in_features**0.5)
+    return model
+
+
+def sample_inputs(seed: int = 1, tokens: int = 64, d_model: int = 256) -> torch.Tensor:
+    """A seeded batch of activations, (tokens, d_model)."""
+    return torch.randn(tokens, d_model, generator=torch.Generator().manual_seed(seed))
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of every stored weight tensor: parameters of plain layers plus buffers of QuantLinear layers."""
+    total = 0
+    for module in model.modules():
+        if isinstance(module, QuantLinear):
+            total += sum(b.numel() * b.element_size() for b in module.buffers(recurse=False))
+        elif isinstance(module, nn.Linear):
+            total += sum(p.numel() * p.element_size() for p in module.parameters(recurse=False))
+    return total
+
+
+def output_error(reference: nn.Module, candidate: nn.Module, x: torch.Tensor) -> float:
+    """Relative Frobenius error of ``candidate(x)`` against ``reference(x)``."""
+    with torch.no_grad():
+        y, y_hat = reference(x), candidate(x)
+    return float((y_hat - y).norm() / y.norm())
+
+
+def main() -> None:
+    model, x = build_model(), sample_inputs()
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"MLP block 256 -> 1024 -> 256 (GELU), {n_params:,} weights; 64 seeded tokens; reference = fp32")
+    print(f"{'format':<10} {'what is stored':<44} {'bytes':>9} {'vs fp16':>8} {'error':>8}")
+    what = {"fp16": "16-bit weights",
+            "int8": "int8 + fp32 scale per out channel (W8A16)",
+            "fp8-w8a16": "e4m3 + 1 fp32 scale (W8A16)",
+            "fp8": "e4m3 + 1 scale; x -> e4m3 per token (W8A8)",
+            "int4-g128": "2 nibbles/byte + fp16 scale per 128 (W4A16)",
+            "int4-g32": "2 nibbles/byte + fp16 scale per 32 (W4A16)"}
+    base = None
+    for fmt in FORMATS:
+        q = quantize_model(model, fmt)
+        nbytes = weight_bytes(q)
+        base = base or nbytes
+        print(f"{fmt:<10} {what[fmt]:<44} {nbytes:>9,} {base / nbytes:>7.2f}x {output_error(model, q, x):>8.3%}")
+    print()
+    print("Decode is weight-bandwidth-bound, so the 'vs fp16' column is also the ceiling on the")
+    print("decode speedup of the weight read (predicted, not measured; Phase 0's roofline).")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,9 @@
 * Strict mode (``COURSE_STRICT=1``, set by CI): any skip other than a ``gpu`` skip fails the run,
   so a missing dependency can never look like a pass.
 * ``LAB_IMPL`` is validated once, up front, so a typo fails loudly instead of grading the wrong file.
+* Hangs and crashes (``course.guard``): every test phase has a time limit (``COURSE_TEST_TIMEOUT``,
+  ``@pytest.mark.timeout(s)``), and under the Triton interpreter each ``triton`` test runs in a
+  forked child, so a kernel that segfaults is one failed test (``COURSE_ISOLATE_TRITON=0``: off).
 """
 
 from __future__ import annotations
@@ -54,6 +57,26 @@ def pytest_configure(config):
         current_impl()
     except LabImplError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _register_guard(config)
+
+
+# --- hangs and crashes (issue 17): per-test timeout + Triton interpreter isolation -------------
+# All the logic lives in course/guard.py; this section only plugs it in.
+
+
+def _register_guard(config):
+    from course.guard import GuardPlugin
+
+    if not config.pluginmanager.has_plugin("course-guard"):
+        config.pluginmanager.register(GuardPlugin(config, has_cuda=HAS_CUDA), "course-guard")
+
+
+def _guard_header(config) -> list[str]:
+    plugin = config.pluginmanager.get_plugin("course-guard")
+    return [plugin.report_header()] if plugin else []
+
+
+# --- end of the hangs-and-crashes section -----------------------------------------------------
 
 
 def pytest_report_header(config):
@@ -62,7 +85,7 @@ def pytest_report_header(config):
         f"course: LAB_IMPL={current_impl()}  CUDA={'yes' if HAS_CUDA else 'no'}  "
         f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}  mode={mode}"
     )
-    return [header]
+    return [header, *_guard_header(config)]
 
 
 def pytest_collection_modifyitems(config, items):

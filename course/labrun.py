@@ -17,11 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course import ROOT, zygote_client
+from course.guard import TIMEOUT_TAG
 from course.zygote import preload_for
 
 # Autoloaded plugins a lab run does not need; skipping them saves about a second per run.
 UNNEEDED_PLUGINS = ("xdist", "xdist.looponfail", "anyio", "hypothesispytest", "cacheprovider")
-RUN_TIMEOUT_S = 600
+# Hangs inside a test are cut short by the harness's per-test timeout (course/guard.py, 60 s by
+# default), so a looping mutant is simply a failed test. This whole-run limit is the backstop for
+# what that cannot reach (a loop at import time, code stuck in C): the run then counts as failed
+# with a "timed out" verdict and the check moves on. COURSE_RUN_TIMEOUT overrides it.
+RUN_TIMEOUT_S = float(os.environ.get("COURSE_RUN_TIMEOUT", "") or 300)
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,10 @@ class CaseResult:
     @property
     def gpu_skipped(self) -> bool:
         return self.outcome == "skipped" and self.message.startswith("gpu")
+
+    @property
+    def timed_out(self) -> bool:
+        return self.outcome in ("failed", "error") and TIMEOUT_TAG in self.message
 
 
 @dataclass
@@ -50,8 +59,15 @@ class LabRun:
         return sum(t.outcome == outcome for t in self.tests)
 
     @property
+    def timed_out(self) -> bool:
+        """The whole run, or one of its tests, ran out of time (most likely an endless loop)."""
+        return any(t.timed_out for t in self.tests)
+
+    @property
     def collection_error(self) -> bool:
         """pytest could not even collect/import the tests (or crashed)."""
+        if self.timed_out:
+            return False  # a hang (even while importing) is a failed run, not an unloadable lab
         if any(t.outcome == "error" and t.name.startswith("<collect>") for t in self.tests):
             return True
         return self.returncode not in (0, 1) and not (self.returncode == 5 and not self.tests)
@@ -75,6 +91,8 @@ class LabRun:
             parts.append(f"{failed} failed")
         if self.count("skipped"):
             parts.append(f"{self.count('skipped')} skipped")
+        if self.timed_out:
+            parts.append(TIMEOUT_TAG)
         return ", ".join(parts)
 
 
@@ -156,7 +174,8 @@ def run_lab(
         try:
             code = zygote_client.run_pytest(root, env, args, log, preload_for(lab_dir), timeout)
         except TimeoutError:
-            return LabRun(label, returncode=124, output=f"timed out after {timeout:.0f}s")
+            partial = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+            return _timed_out(label, timeout, partial)
         if code is not None:
             output = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
         else:
@@ -170,8 +189,29 @@ def run_lab(
                     text=True,
                     timeout=timeout,
                 )
-            except subprocess.TimeoutExpired:
-                return LabRun(label, returncode=124, output=f"timed out after {timeout:.0f}s")
+            except subprocess.TimeoutExpired as exc:
+                return _timed_out(label, timeout, exc.stdout or "")
             code, output = proc.returncode, proc.stdout + proc.stderr
         tests = parse_junit(report) if report.is_file() else []
+        if code == 124 and TIMEOUT_TAG in output and not any(t.timed_out for t in tests):
+            # The harness's watchdog ended a test that ignored its timeout (stuck in C code):
+            # pytest died before writing its report, so record the verdict it printed.
+            tests.append(CaseResult("<run timed out>", "failed", f"{TIMEOUT_TAG}: {_tail_line(output)}"))
         return LabRun(label, code, tests, output)
+
+
+def _tail_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if TIMEOUT_TAG in line]
+    return lines[-1].strip() if lines else ""
+
+
+def _timed_out(label: str, timeout: float, partial_output: str | bytes) -> LabRun:
+    """A run killed by the backstop timeout: one failed pseudo-test that says why."""
+    if isinstance(partial_output, bytes):
+        partial_output = partial_output.decode("utf-8", "replace")
+    message = (
+        f"{TIMEOUT_TAG}: the pytest run did not finish in {timeout:.0f}s and was stopped "
+        f"(a loop at import time, or code stuck where the per-test timeout cannot reach)"
+    )
+    case = CaseResult(name="<run timed out>", outcome="failed", message=message)
+    return LabRun(label, returncode=124, tests=[case], output=f"{partial_output}\n{message}".strip())

@@ -213,7 +213,9 @@ def time_limit(
         yield
         return
     message = timeout_message(seconds, where)
-    on_main = threading.current_thread() is threading.main_thread()
+    # SIGALRM reaches only the main thread (and does not exist on Windows): elsewhere a timer thread
+    # raises the exception asynchronously in the test's thread.
+    on_main = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     timer = None
     start = time.monotonic()
     if on_main:

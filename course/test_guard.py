@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -26,6 +27,7 @@ LOOP_ADVICE = "a loop that never terminates — check your loop's exit condition
 SESSION = """
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -153,6 +155,23 @@ def test_limits_nest_and_restore_the_outer_timer():
             pass
     after, _ = signal.getitimer(signal.ITIMER_REAL)
     assert (after > 0) == (before > 0), "the outer test's own timeout must be re-armed"
+
+
+def test_off_the_main_thread_the_timeout_still_lands():
+    caught: list[BaseException] = []
+
+    def body():
+        try:
+            with time_limit(0.2, hard_stop=False):
+                while True:
+                    pass
+        except TestTimeout as exc:
+            caught.append(exc)
+
+    worker = threading.Thread(target=body, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert caught and LOOP_ADVICE in str(caught[0]), caught
 
 
 def test_stack_dumps_drop_the_harness_frames():

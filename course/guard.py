@@ -405,6 +405,7 @@ _PLUMBING = (
     "/execnet/",
     "/pytest/__main__.py",
     "course/guard.py",
+    "course/zygote.py",
     "<frozen runpy>",
 )
 

@@ -196,13 +196,13 @@ def run_lab(
         if code == 124 and TIMEOUT_TAG in output and not any(t.timed_out for t in tests):
             # The harness's watchdog ended a test that ignored its timeout (stuck in C code):
             # pytest died before writing its report, so record the verdict it printed.
-            tests.append(CaseResult("<run timed out>", "failed", f"{TIMEOUT_TAG}: {_tail_line(output)}"))
+            tests.append(CaseResult("<run timed out>", "failed", _tail_line(output)))
         return LabRun(label, code, tests, output)
 
 
 def _tail_line(output: str) -> str:
     lines = [line for line in output.splitlines() if TIMEOUT_TAG in line]
-    return lines[-1].strip() if lines else ""
+    return lines[-1].strip() if lines else TIMEOUT_TAG
 
 
 def _timed_out(label: str, timeout: float, partial_output: str | bytes) -> LabRun:

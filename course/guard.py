@@ -10,14 +10,16 @@ Two protections, registered by the root ``conftest.py`` as the ``course-guard`` 
   learner's ``except Exception:`` inside the loop cannot swallow it. If the exception cannot land
   (code stuck in C, or a bare ``except:``), a watchdog thread gives up ``grace`` seconds later:
   it prints the message and every thread's stack, then ends the process (under ``-n`` xdist
-  reports the crashed worker as that test's failure and carries on). Off under ``--pdb``/``--trace``,
-  and when the ``pytest-timeout`` plugin is loaded (it then owns the marker).
+  reports the crashed worker as that test's failure and carries on). Importing a test module (and
+  so the learner's file) gets the default limit too. Off under ``--pdb``/``--trace``, and when the
+  ``pytest-timeout`` plugin is loaded (it then owns the marker).
 * **Triton interpreter isolation.** Under ``TRITON_INTERPRET=1`` a kernel that loads out of bounds
   reads raw memory and can segfault the whole interpreter. So each ``triton``-marked test's call
   phase runs in a forked child (fixtures are set up in the parent, after torch and triton are
   imported, so a fork costs milliseconds). The child reports its outcome, with the usual
   traceback and assertion message, through a pipe; a child that dies from a signal becomes one
-  failed test that names the likely cause and shows the child's Python stack at the crash. On a
+  failed test that names the likely cause and shows the child's Python stack at the crash. The
+  child runs torch single-threaded (its OpenMP pool does not survive a fork). On a
   real GPU it stays off: a forked child cannot use a CUDA context its parent created, so
   forking there is unsafe. ``COURSE_ISOLATE_TRITON=0`` turns it off (to debug a kernel in-process).
 """

@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from course import ROOT
-from course.booksrc import BookSource, generate
-from course.discover import rel
+from course import ROOT, bookcheck, sitestyle
+from course.booksrc import GITHUB_BLOB, OVERVIEW, BookSource, generate
+from course.discover import find_phases, rel
+from course.grade import graded_labs
 from course.linkcheck import BrokenLink, check_site
 from course.report import progress
 
@@ -43,6 +44,12 @@ create-missing = false
 default-theme = "light"
 preferred-dark-theme = "navy"
 no-section-label = true
+# Written from course/sitestyle.py on every build (wider column for code, tables that reflow on phones).
+additional-css = ["build/book/course.css"]
+
+[output.html.fold]
+enable = true
+level = 0
 
 [output.html.search]
 enable = true
@@ -77,6 +84,7 @@ def build(root: Path) -> tuple[BookSource, Path]:
     source = generate(root, src)
     progress(f"  {len(source.chapters)} chapters, {len(source.assets)} linked files copied")
     write_book_toml(root)
+    (root / "build" / "book" / "course.css").write_text(sitestyle.CSS, encoding="utf-8")
     mdbook = find_mdbook()
     shutil.rmtree(html, ignore_errors=True)
     version = subprocess.run(
@@ -95,6 +103,8 @@ def build(root: Path) -> tuple[BookSource, Path]:
 def explain(link: BrokenLink, root: Path) -> str:
     """A broken link in the author's terms: the ``.md`` they wrote and why it does not resolve."""
     path, sep, fragment = link.href.partition("#")
+    if path.startswith(GITHUB_BLOB):
+        return f"`{link.href}`: {link.reason}"
     if path.endswith(".html"):
         path = path[: -len(".html")] + ".md"
     written = path + sep + fragment
@@ -142,16 +152,32 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    checked, broken = check_site(html)
+    checked, broken = check_site(html, args.root / "upstream", GITHUB_BLOB)
     for link in broken:
         print(f"{link.source}: broken link {explain(link, args.root)}")
-    status = "FAIL" if broken else "ok"
+    problems = run_checks(args.root, source)
+    for problem in problems:
+        print(problem)
+    status = "FAIL" if broken or problems else "ok"
     print(
-        f"book: {status}: {len(source.chapters)} pages, {checked} internal links checked, {len(broken)} broken "
-        f"({time.monotonic() - start:.1f}s) -> {html.relative_to(args.root)}/index.html"
+        f"book: {status}: {len(source.chapters)} pages, {checked} links checked ({source.cited} citation links "
+        f"into the pinned tree among them), {len(broken)} broken; order, titles, pitfalls, code width, glyphs: "
+        f"{len(problems)} problem(s) ({time.monotonic() - start:.1f}s) -> {html.relative_to(args.root)}/index.html"
     )
     if args.serve:
-        if broken:
-            print("warning: serving anyway so you can read it; `make book` (and CI) fail on these links")
+        if broken or problems:
+            print("warning: serving anyway so you can read it; `make book` (and CI) fail on these")
         serve(html, args.port)
-    return 1 if broken else 0
+    return 1 if broken or problems else 0
+
+
+def run_checks(root: Path, source: BookSource) -> list[bookcheck.Problem]:
+    """The page checks of ``course.bookcheck`` on what went into the book."""
+    phases = find_phases(root)
+    graded = [f"{lab.path.parent.parent.name}/{lab.name}" for lab in graded_labs(phases)]
+    pages = [rel for rel in source.chapters if not rel.endswith("/" + OVERVIEW)]
+    return (
+        bookcheck.check_lab_order(root, phases, source.summary, graded)
+        + bookcheck.check_titles(source.summary)
+        + bookcheck.check_pages(root, pages)
+    )

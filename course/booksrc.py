@@ -5,6 +5,12 @@ rewrites so the site works where GitHub would: a link to a folder goes to its ``
 link into ``upstream/`` goes to the pinned commit on GitHub, a linked local file (a figure, a
 ``.py``) is copied next to the page, and a linked ``.md`` page that is not otherwise in the book
 is added under "More pages". Each lab page ends with its ``starter.py``.
+
+Only the site gains these (the repository's markdown stays plain): every ``path:line — Symbol``
+citation into the pinned tree becomes a link to that line on GitHub; generated output blocks sit
+in a ``course-output`` div (they wrap instead of scrolling); each phase gets a short overview
+page that folds its pages in the sidebar; every title names its phase ("Phase 02 · Deep dive");
+planned phases appear as draft chapters.
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from course import PIN_COMMIT
-from course.discover import LAB_RE, PHASE_RE, find_phases, first_heading
+from course.citations import COURSE_PREFIXES, OUTPUT_CLOSE, OUTPUT_OPEN_RE, PATH_LINE_RE
+from course.discover import LAB_RE, PHASE_RE, PHASE_TITLES, find_phases, first_heading
 from course.mdscan import fenced_lines
 
 NOT_PUBLISHED = frozenset({"upstream", "build", ".venv", ".scratch", ".git", "node_modules"})
 GITHUB_BLOB = f"https://github.com/vllm-project/vllm/blob/{PIN_COMMIT}/"
+TITLE_SEP = " · "  # "Phase 02 · Deep dive": every page title names its phase
 PHASE_DOCS = (
     ("00-guide.md", "Guide"),
     ("01-deep-dive.md", "Deep dive"),
@@ -38,15 +46,27 @@ INLINE_LINK_RE = re.compile(r"(!?\[[^\]]*\]\(\s*<?)([^)\s>]+)(>?(?:\s+\"[^\"]*\"
 REF_DEF_RE = re.compile(r"^(\s{0,3}\[[^\]]+\]:\s*<?)(\S+?)(>?(?:\s+.*)?)$")
 HTML_ATTR_RE = re.compile(r"""(\b(?:href|src)\s*=\s*["'])([^"']+)(["'])""")
 CODE_SPAN_RE = re.compile(r"(`+)(?:.+?)\1")
+OVERVIEW = "index.md"  # the generated per-phase overview page (site only)
+OUTPUT_CLASS = "course-output"
+DOC_BLURBS = {
+    "00-guide.md": "the ideas, with worked numbers and pictures",
+    "01-deep-dive.md": "the real vLLM source, in reading order, every citation checked",
+    "02-mini-build.md": "what this phase adds to `mini_vllm`",
+    "labs/README.md": "the labs, in the order to do them",
+    "EXERCISES.md": "warm-up to staff-level design, with solution sketches",
+    "INTERVIEW.md": "questions with model answers",
+    "CHEATSHEET.md": "one page to keep open",
+}
 
 
 @dataclass
 class BookSource:
-    """What went into the book: chapters (repo-relative paths) and copied files."""
+    """What went into the book: chapters (repo-relative paths), copied files, citation links."""
 
     chapters: list[str] = field(default_factory=list)
     assets: set[str] = field(default_factory=set)
     summary: str = ""
+    cited: int = 0  # citations turned into links to the pinned commit
 
 
 def _title(path: Path, fallback: str) -> str:
@@ -73,6 +93,7 @@ class _Linker:
         self.chapters = chapters
         self.assets: set[str] = set()
         self.extra_pages: set[str] = set()
+        self.cited = 0
 
     def target(self, target: str) -> str:
         parts = urlsplit(target)
@@ -106,17 +127,28 @@ class _Linker:
     def rewrite(self, text: str) -> str:
         lines = text.split("\n")
         fenced = fenced_lines(lines)
-        return "\n".join(
-            line if in_fence else self._rewrite_line(line)
-            for line, in_fence in zip(lines, fenced, strict=True)
-        )
+        out: list[str] = []
+        in_output = False
+        for line, in_fence in zip(lines, fenced, strict=True):
+            stripped = line.strip()
+            if not in_fence and OUTPUT_OPEN_RE.match(stripped):
+                in_output = True
+                indent = line[: len(line) - len(line.lstrip())]
+                out += [line, f'{indent}<div class="{OUTPUT_CLASS}">', ""]
+                continue
+            if in_output and stripped == OUTPUT_CLOSE:
+                in_output = False
+                out += ["", f"{indent}</div>", line]
+                continue
+            out.append(line if in_fence or in_output else self._rewrite_line(line))
+        return "\n".join(out)
 
     def _rewrite_line(self, line: str) -> str:
         pieces = []
         last = 0
         for m in CODE_SPAN_RE.finditer(line):
             pieces.append(self._rewrite_prose(line[last : m.start()]))
-            pieces.append(m.group(0))
+            pieces.append(self._link_code_span(m.group(0), line, m.start(), m.end()))
             last = m.end()
         pieces.append(self._rewrite_prose(line[last:]))
         return "".join(pieces)
@@ -125,9 +157,45 @@ class _Linker:
         def sub(m: re.Match[str]) -> str:
             return m.group(1) + self.target(m.group(2)) + m.group(3)
 
+        links = [(m.start(), m.end()) for m in INLINE_LINK_RE.finditer(text)]
+        text = self._link_citations(text, links)
         text = INLINE_LINK_RE.sub(sub, text)
         text = REF_DEF_RE.sub(sub, text)
         return HTML_ATTR_RE.sub(sub, text)
+
+    def cite_url(self, path: str, line: int, end: int | None) -> str | None:
+        """The GitHub URL for a citation into the pinned tree (None for course-local paths)."""
+        path = path.removeprefix("upstream/")
+        if path.startswith(COURSE_PREFIXES) or "/" not in path:
+            return None
+        self.cited += 1
+        return f"{GITHUB_BLOB}{path}#L{line}" + (f"-L{end}" if end else "")
+
+    def _link_code_span(self, span: str, line: str, start: int, end: int) -> str:
+        """A code span holding a citation (`path:line — Symbol`) becomes a link, unless already one."""
+        if line[:start].endswith("[") and line[end:].startswith("]("):
+            return span
+        m = PATH_LINE_RE.search(span)
+        if not m:
+            return span
+        url = self.cite_url(m.group("path"), int(m.group("line")), _int(m.group("end")))
+        return f"[{span}]({url})" if url else span
+
+    def _link_citations(self, text: str, links: list[tuple[int, int]]) -> str:
+        """Plain-text ``path:line`` citations into the pinned tree become links."""
+        pieces, last = [], 0
+        for m in PATH_LINE_RE.finditer(text):
+            if any(a <= m.start() < b for a, b in links):
+                continue
+            url = self.cite_url(m.group("path"), int(m.group("line")), _int(m.group("end")))
+            if url:
+                pieces += [text[last : m.start()], f"[{m.group(0)}]({url})"]
+                last = m.end()
+        return "".join(pieces) + text[last:]
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value else None
 
 
 def _starter_section(starter: Path) -> str:
@@ -143,67 +211,102 @@ def _starter_section(starter: Path) -> str:
     )
 
 
-def _plan(root: Path) -> tuple[list[tuple[str, str, int]], set[str]]:
-    """The SUMMARY entries: (kind, text-or-path, depth) with kind part / page / draft."""
-    entries: list[tuple[str, str, int]] = []
+@dataclass(frozen=True)
+class Entry:
+    """One SUMMARY line: a part title, a page (label + repo path), a draft chapter or an overview."""
+
+    kind: str  # "part" | "page" | "draft" | "overview"
+    label: str
+    path: str = ""
+    depth: int = 0
+
+
+def phase_label(number: str, what: str) -> str:
+    return f"Phase {number}{TITLE_SEP}{what}"
+
+
+def _plan(root: Path) -> tuple[list[Entry], set[str], dict[str, str]]:
+    """The SUMMARY entries, the chapter paths, and the generated overview pages (path -> text)."""
+    entries: list[Entry] = []
+    overviews: dict[str, str] = {}
 
     def page(rel: str, label: str | None = None, depth: int = 0) -> None:
         if (root / rel).is_file():
-            entries.append(("page", f"{label or _title(root / rel, Path(rel).stem)}\t{rel}", depth))
+            entries.append(Entry("page", label or _title(root / rel, Path(rel).stem), rel, depth))
 
     top_level = sorted(p.name for p in root.glob("*.md") if p.name != "README.md")
     known = set(START_PAGES) | set(REFERENCE_PAGES)
-    entries.append(("part", "Getting started", 0))
+    entries.append(Entry("part", "Getting started"))
     for rel in START_PAGES:
         page(rel)
+    written: set[str] = set()
     for phase in find_phases(root):
         if not PHASE_RE.match(phase.path.name):
             continue
         base = phase.path.name
         docs = [(doc, label) for doc, label in PHASE_DOCS if (phase.path / doc).is_file()]
-        lab_readmes = sorted(
-            p for p in phase.path.glob("labs/lab-*/README.md") if LAB_RE.match(p.parent.name)
-        )
-        if not docs and not lab_readmes:
+        labs = [lab for lab in phase.labs if lab.readme.is_file()]  # folder order: the one lab order
+        if not docs and not labs:
             continue
-        entries.append(("part", f"Phase {phase.number} — {phase.title}", 0))
+        if not written:
+            entries.append(Entry("part", "Phases"))
+        written.add(phase.number)
+        overview = f"{base}/{OVERVIEW}"
+        overviews[overview] = _overview(root, phase.number, phase.title, docs, [lab.readme for lab in labs])
+        entries.append(Entry("overview", phase_label(phase.number, phase.title), overview))
+        lab_pages = [
+            (lab.readme.relative_to(root).as_posix(), phase_label(phase.number, _title(lab.readme, lab.name)))
+            for lab in labs
+        ]
         for doc, label in docs:
-            page(f"{base}/{doc}", label)
+            page(f"{base}/{doc}", phase_label(phase.number, label), depth=1)
             if doc == "labs/README.md":
-                for readme in lab_readmes:
-                    page(readme.relative_to(root).as_posix(), depth=1)
-        if lab_readmes and not (phase.path / "labs" / "README.md").is_file():
-            entries.append(("draft", "Labs", 0))
-            for readme in lab_readmes:
-                page(readme.relative_to(root).as_posix(), depth=1)
-    entries.append(("part", "Reference", 0))
+                for rel, label in lab_pages:
+                    page(rel, label, depth=2)
+        if lab_pages and not (phase.path / "labs" / "README.md").is_file():
+            entries.append(Entry("draft", phase_label(phase.number, "Labs"), depth=1))
+            for rel, label in lab_pages:
+                page(rel, label, depth=2)
+    planned = [n for n in PHASE_TITLES if n not in written]
+    if planned:
+        entries.append(Entry("part", "Planned phases"))
+        entries += [Entry("draft", phase_label(n, PHASE_TITLES[n])) for n in planned]
+    entries.append(Entry("part", "Reference"))
     for rel in REFERENCE_PAGES:
         page(rel)
     for name in top_level:
         if name not in known:
             page(name)
-    chapters = {"README.md"} | {e[1].split("\t")[1] for e in entries if e[0] == "page"}
-    return entries, chapters
+    chapters = {"README.md"} | {e.path for e in entries if e.kind == "page"}
+    return entries, chapters, overviews
 
 
-def _summary(entries: list[tuple[str, str, int]], extras: list[tuple[str, str]]) -> str:
+def _overview(root: Path, number: str, title: str, docs: list[tuple[str, str]], labs: list[Path]) -> str:
+    """A phase's landing page on the site: its pages in reading order, its labs in folder order."""
+    lines = [f"# {phase_label(number, title)}", "", "The pages of this phase, in the order to read them:", ""]
+    for doc, label in docs:
+        lines.append(f"- [{label}]({doc}) — {DOC_BLURBS.get(doc, '')}".rstrip(" —"))
+    if labs:
+        lines += ["", "Its labs, in the order to do them (the folder numbers are that order):", ""]
+        for readme in labs:
+            lines.append(f"1. [{_title(readme, readme.parent.name)}](labs/{readme.parent.name}/README.md)")
+    return "\n".join(lines) + "\n"
+
+
+def _summary(entries: list[Entry], extras: list[tuple[str, str]]) -> str:
     lines = ["# Summary", "", "[Course home](README.md)"]
     if extras:
-        entries = entries + [("part", "More pages", 0)] + [("page", f"{t}\t{p}", 0) for t, p in extras]
+        entries = entries + [Entry("part", "More pages")] + [Entry("page", t, p) for t, p in extras]
     previous_part = None
-    for kind, text, depth in entries:
-        if kind == "part":
-            previous_part = text
+    for e in entries:
+        if e.kind == "part":
+            previous_part = e.label
             continue
         if previous_part is not None:
             lines += ["", f"# {previous_part}", ""]
             previous_part = None
-        indent = "    " * depth
-        if kind == "draft":
-            lines.append(f"{indent}- [{text}]()")
-        else:
-            label, rel = text.split("\t")
-            lines.append(f"{indent}- [{label}]({rel})")
+        indent = "    " * e.depth
+        lines.append(f"{indent}- [{e.label}]({e.path})")
     return "\n".join(lines) + "\n"
 
 
@@ -212,11 +315,15 @@ def generate(root: Path, src: Path) -> BookSource:
     root = root.resolve()
     if not (root / "README.md").is_file():
         raise FileNotFoundError(f"{root}/README.md (the course home) is missing")
-    entries, chapters = _plan(root)
+    entries, chapters, overviews = _plan(root)
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
     source = BookSource()
-    pending = ["README.md"] + [e[1].split("\t")[1] for e in entries if e[0] == "page"]
+    for rel, text in overviews.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text, encoding="utf-8")
+        source.chapters.append(rel)
+    pending = ["README.md"] + [e.path for e in entries if e.kind == "page"]
     extras: list[tuple[str, str]] = []
     done: set[str] = set()
     while pending:
@@ -234,6 +341,7 @@ def generate(root: Path, src: Path) -> BookSource:
         out.write_text(text, encoding="utf-8")
         source.chapters.append(rel)
         source.assets |= linker.assets
+        source.cited += linker.cited
         for extra in sorted(linker.extra_pages - chapters):
             chapters.add(extra)
             extras.append((_title(root / extra, Path(extra).stem), extra))

@@ -8,13 +8,12 @@ laptop) are shown but never count as passes.
 from __future__ import annotations
 
 import argparse
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from course import ROOT, zygote_client
-from course.discover import Lab, find_phases, select_phases
+from course.discover import Lab, Phase, find_phases, select_phases
 from course.labrun import LabRun, run_lab
 from course.report import print_table, progress
 
@@ -25,6 +24,11 @@ def status(run: LabRun) -> str:
     if run.passed and not run.failed:
         return "done"
     return "in progress" if run.passed else "not started"
+
+
+def graded_labs(phases: list[Phase]) -> list[Lab]:
+    """The labs ``grade`` runs and reports, in the one lab order: phase, then folder number."""
+    return [lab for phase in phases for lab in phase.labs]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,26 +51,23 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
-    labs = [lab for phase in phases for lab in phase.labs]
+    labs = graded_labs(phases)
     if not labs:
         print("grade: no labs found yet")
         return 1 if args.strict else 0
     progress(f"grading {len(labs)} lab(s) with LAB_IMPL=starter on {args.jobs} worker(s)…")
     start = time.monotonic()
-    done = 0
-    lock = threading.Lock()
 
     def one(lab: Lab) -> LabRun:
-        nonlocal done
-        result = run_lab(lab.path, args.root, "starter", impl="starter")
-        with lock:
-            done += 1
-            progress(f"  [{done}/{len(labs)}] {lab.path.parent.parent.name}/{lab.name}: {status(result)}")
-        return result
+        return run_lab(lab.path, args.root, "starter", impl="starter")
 
+    runs: dict[Path, LabRun] = {}
     try:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            runs = dict(zip((lab.path for lab in labs), pool.map(one, labs), strict=True))
+            # map() yields in submission order, so progress reads in lab order whatever finishes first.
+            for number, (lab, result) in enumerate(zip(labs, pool.map(one, labs), strict=True), 1):
+                runs[lab.path] = result
+                progress(f"  [{number}/{len(labs)}] {lab.path.parent.parent.name}/{lab.name}: {status(result)}")
     finally:
         zygote_client.shutdown()
     all_done = True

@@ -2,12 +2,15 @@
 
 Only the page content (inside ``<main>``) is checked, so theme chrome never produces noise.
 An anchor is valid when the target page has an element with that ``id`` (mdBook's heading ids
-and explicit ``id="..."`` attributes alike) or a ``name``. External ``http(s)`` links, ``mailto:``
+and explicit ``id="..."`` attributes alike) or a ``name``. Links to the pinned vLLM commit on
+GitHub (``…/blob/<sha>/<path>#L<line>``, which every citation becomes) are checked offline against
+``upstream/``: the file exists and has that line. Other external ``http(s)`` links, ``mailto:``
 and friends are not checked.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -15,6 +18,27 @@ from urllib.parse import unquote, urlsplit
 
 SKIP_PAGES = frozenset({"print.html", "404.html", "toc.html", "index.html"})
 EXTERNAL_SCHEMES = ("http", "https", "mailto", "tel", "javascript", "data", "ftp")
+LINE_FRAGMENT_RE = re.compile(r"^L(\d+)(?:-L(\d+))?$")
+
+
+def check_pinned(href: str, prefix: str, upstream: Path | None) -> str | None:
+    """Why a link to the pinned commit (``prefix`` + path + ``#L12``) is broken, or None."""
+    path, _, fragment = href[len(prefix) :].partition("#")
+    if upstream is None or not (upstream / "vllm").is_dir():
+        return "upstream/ is missing, so links into the pinned tree cannot be checked: run `make upstream`"
+    target = upstream / unquote(path)
+    if not target.is_file():
+        return f"{path} does not exist in upstream/ at the pin"
+    if fragment:
+        m = LINE_FRAGMENT_RE.match(fragment)
+        if not m:
+            return f"#{fragment} is not a line anchor (#L12 or #L12-L20)"
+        with target.open("rb") as fh:
+            count = sum(1 for _ in fh)
+        for number in filter(None, m.groups()):
+            if not 1 <= int(number) <= count:
+                return f"{path} has {count} lines, no line {number}"
+    return None
 
 
 class _PageParser(HTMLParser):
@@ -61,8 +85,12 @@ def _parse(path: Path, cache: dict[Path, _PageParser]) -> _PageParser:
     return cache[path]
 
 
-def check_site(site: Path) -> tuple[int, list[BrokenLink]]:
-    """Check a built site; returns (links checked, broken links)."""
+def check_site(site: Path, upstream: Path | None = None, pinned: str = "") -> tuple[int, list[BrokenLink]]:
+    """Check a built site; returns (links checked, broken links).
+
+    With ``pinned`` (a URL prefix such as ``https://github.com/vllm-project/vllm/blob/<sha>/``),
+    links starting with it are checked against the ``upstream`` tree.
+    """
     site = site.resolve()
     cache: dict[Path, _PageParser] = {}
     broken: list[BrokenLink] = []
@@ -74,6 +102,12 @@ def check_site(site: Path) -> tuple[int, list[BrokenLink]]:
         parsed = _parse(page, cache)
         for href in parsed.links:
             parts = urlsplit(href)
+            if pinned and href.startswith(pinned):
+                checked += 1
+                reason = check_pinned(href, pinned, upstream)
+                if reason:
+                    broken.append(BrokenLink(rel_page, href, reason))
+                continue
             if parts.scheme in EXTERNAL_SCHEMES or parts.netloc or href.startswith("//"):
                 continue
             checked += 1

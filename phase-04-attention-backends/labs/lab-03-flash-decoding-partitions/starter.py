@@ -77,7 +77,10 @@ def _worked() -> None:
     for name, p in (("partition A (scores 1, 3)", a), ("partition B (scores 2, 5)", b)):
         print(f"{name}: m={p.m:.4f}  denom={p.denom:.4f}  acc={p.acc[0]:.4f}  alone: acc/denom={p.acc[0] / p.denom:.4f}")
     m = max(a.m, b.m)
-    print(f"merge: m*={m:.4f}  weight A=exp({a.m:g}-{m:g})={np.exp(a.m - m):.4f}  weight B=exp({b.m:g}-{m:g})={np.exp(b.m - m):.4f}")
+    print(
+        f"merge: m*={m:.4f}  weight A=exp({a.m:g}-{m:g})={np.exp(a.m - m):.4f}  "
+        f"weight B=exp({b.m:g}-{m:g})={np.exp(b.m - m):.4f}"
+    )
     ab = merge_two(a, b)
     print(f"merged: denom={ab.denom:.4f}  acc={ab.acc[0]:.4f}  out={ab.acc[0] / ab.denom:.4f}")
     wrong = (a.acc[0] / a.denom + b.acc[0] / b.denom) / 2

@@ -55,7 +55,9 @@ def graph_launches(num_ops: int, k: int, capture_cost_ops: int | None = None) ->
 
 def crossover(num_ops: int, capture_cost_ops: int | None = None) -> int | None:
     """First call count at which graphs have launched strictly less than eager; None if never."""
-    raise NotImplementedError("None when num_ops == 1; else the smallest int k with c + k - 1 < k * n, i.e. (c - 1) // (n - 1) + 1")
+    raise NotImplementedError(
+        "None when num_ops == 1; else the smallest int k with c + k - 1 < k * n, i.e. (c - 1) // (n - 1) + 1"
+    )
 
 
 def asymptotic_speedup(num_ops: int, k: int, capture_cost_ops: int | None = None) -> float:

@@ -49,7 +49,9 @@ def mixed_mode(mode: str) -> str:
 
 def has_mode(mode: str, target: str) -> bool:
     """Does any routine of ``mode`` run as ``target``? ``target`` must be a runtime mode."""
-    raise NotImplementedError("ValueError unless target is NONE/PIECEWISE/FULL; composite: target in ROUTINES[mode]; simple: mode == target")
+    raise NotImplementedError(
+        "ValueError unless target is NONE/PIECEWISE/FULL; composite: target in ROUTINES[mode]; simple: mode == target"
+    )
 
 
 def requires_piecewise_compilation(mode: str) -> bool:

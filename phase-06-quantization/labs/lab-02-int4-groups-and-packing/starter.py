@@ -126,7 +126,10 @@ def main() -> None:
 
     Wb = banded_matrix(np.random.default_rng(1))
     print("Group size trade-off (fp16 scales; error on banded weights 64 x 1024, bands of 16)")
-    print(f"{'group':>6} {'scales':>7} {'scale bits/w':>13} {'vs 4-bit payload':>17} {'share of bytes':>15} {'B/weight':>9} {'error':>7}")
+    print(
+        f"{'group':>6} {'scales':>7} {'scale bits/w':>13} {'vs 4-bit payload':>17} "
+        f"{'share of bytes':>15} {'B/weight':>9} {'error':>7}"
+    )
     for g in (16, 32, 64, 128, 256):
         qg, sg = quantize_grouped(Wb, g)
         nbytes = memory_bytes_grouped(pack_int4(qg), sg)

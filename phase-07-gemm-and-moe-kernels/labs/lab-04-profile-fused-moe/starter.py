@@ -169,7 +169,10 @@ def main() -> None:
     print(f"tokens per expert: {counts}; grouped output == naive output: {same}")
     runs = {mode: summarize_profile(profile_forward(layer, x, mode)) for mode in ("grouped", "naive")}
     totals = {mode: region_totals(s) for mode, s in runs.items()}
-    print(f"{'region':<12} | {'grouped: calls':>14} {'GEMMs':>6} {'GEMM FLOPs':>11} | {'naive: calls':>12} {'GEMMs':>6} {'GEMM FLOPs':>11}")
+    print(
+        f"{'region':<12} | {'grouped: calls':>14} {'GEMMs':>6} {'GEMM FLOPs':>11} | "
+        f"{'naive: calls':>12} {'GEMMs':>6} {'GEMM FLOPs':>11}"
+    )
     for r in REGIONS:
         g, n = totals["grouped"][r], totals["naive"][r]
         print(f"{r:<12} | {g.calls:>14} {g.matmuls:>6} {g.flops:>11,} | {n.calls:>12} {n.matmuls:>6} {n.flops:>11,}")

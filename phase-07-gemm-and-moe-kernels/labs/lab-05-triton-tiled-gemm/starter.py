@@ -138,7 +138,8 @@ def main() -> None:
               f" matches torch.matmul: {bool(torch.allclose(c, a @ b, atol=1e-4))}")
     w = torch.randn(24, 32, generator=g)
     x = torch.randn(16, 32, generator=g)
-    print(f"x @ W.T with W (24, 32) passed as a strided view: matches: {bool(torch.allclose(matmul(x, w.T), x @ w.T, atol=1e-4))}")
+    matches = bool(torch.allclose(matmul(x, w.T), x @ w.T, atol=1e-4))
+    print(f"x @ W.T with W (24, 32) passed as a strided view: matches: {matches}")
     print("L2 working set of one wave of 132 programs (H100 SXM has 132 SMs), 4096^3, 128x128 tiles:")
     for gm in (1, 8):
         pa, pb = panels_in_wave(4096, 4096, 128, 128, gm, 132)

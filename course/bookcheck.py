@@ -142,7 +142,9 @@ def _order_problem(where: str, what: str, got: list[str], want: list[str]) -> Pr
         detail.append(f"not lab folders: {', '.join(extra)}")
     if not detail:
         detail.append(f"lists {' → '.join(n[:6] for n in got)}")
-    return Problem(where, f"{what} must follow folder order ({' → '.join(n[:6] for n in want)}): {'; '.join(detail)}")
+    return Problem(
+        where, f"{what} must follow folder order ({' → '.join(n[:6] for n in want)}): {'; '.join(detail)}"
+    )
 
 
 def check_lab_order(
@@ -173,7 +175,9 @@ def check_lab_order(
         else:
             problems.append(Problem(f"{base}/labs/README.md", "missing: the phase's lab list in order"))
         on_site = [lab.name for lab in phase.labs if lab.readme.is_file()]
-        problem = _order_problem("SUMMARY.md (the sidebar)", f"phase {phase.number}'s labs", sidebar.get(base, []), on_site)
+        problem = _order_problem(
+            "SUMMARY.md (the sidebar)", f"phase {phase.number}'s labs", sidebar.get(base, []), on_site
+        )
         if problem:
             problems.append(problem)
         for lab in phase.labs:
@@ -209,5 +213,7 @@ def check_titles(summary: str) -> list[Problem]:
         seen.setdefault(title, path)
         phase = PHASE_PAGE_RE.match(path)
         if phase and not title.startswith(f"Phase {phase.group(2)} · "):
-            problems.append(Problem(path, f"title {title!r} must name its phase ('Phase {phase.group(2)} · …')"))
+            problems.append(
+                Problem(path, f"title {title!r} must name its phase ('Phase {phase.group(2)} · …')")
+            )
     return problems

@@ -67,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
             # map() yields in submission order, so progress reads in lab order whatever finishes first.
             for number, (lab, result) in enumerate(zip(labs, pool.map(one, labs), strict=True), 1):
                 runs[lab.path] = result
-                progress(f"  [{number}/{len(labs)}] {lab.path.parent.parent.name}/{lab.name}: {status(result)}")
+                progress(
+                    f"  [{number}/{len(labs)}] {lab.path.parent.parent.name}/{lab.name}: {status(result)}"
+                )
     finally:
         zygote_client.shutdown()
     all_done = True

@@ -2,14 +2,15 @@
 
 A fence opens with three or more backticks or tildes and closes with a line of at least as many
 of the same character and nothing else, so a ````markdown example that itself contains a
-```text block is one code block, as GitHub and mdBook render it.
+```text block is one code block, as GitHub and mdBook render it. A fence inside a blockquote
+(``> ```text``) counts too.
 """
 
 from __future__ import annotations
 
 import re
 
-FENCE_RE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
+FENCE_RE = re.compile(r"^(?:\s*>)*\s*(`{3,}|~{3,})(.*)$")
 
 
 def fenced_lines(lines: list[str]) -> list[bool]:

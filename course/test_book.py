@@ -1,4 +1,5 @@
-"""The website builder: a tiny synthetic course builds with mdBook, and broken links/anchors fail it."""
+"""The website builder: a tiny synthetic course builds with mdBook; broken links, anchors and
+citation links into the pinned tree fail it, and so do the page checks of ``course.bookcheck``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ GUIDE = """# Phase 00 guide
 [Course home](../README.md) · [Glossary entry](../GLOSSARY.md#kv-cache) · [labs](labs/) ·
 [section](#02-dont-panic) · [the allocator](../upstream/vllm/v1/core/block_pool.py)
 
+The pool hands out blocks in `vllm/v1/core/block_pool.py:3 — BlockPool.get_new_blocks`; the
+free list is vllm/v1/core/block_pool.py:1 — BlockPool, and `mini_vllm/block_pool.py:1 — BlockPool`
+stays plain (it is ours).
+
 ![a figure](labs/lab-01-demo/figure.png)
 
 ## 0.2 Don't Panic
@@ -30,13 +35,14 @@ def write_course(root: Path, extra: str = "") -> Path:
         "SETUP.md": "# Setup\n\nBack [home](README.md).\n",
         "GLOSSARY.md": '# Glossary\n\n<a id="kv-cache"></a>\n**KV cache** — stored keys and values.\n',
         "phase-00-foundations/00-guide.md": GUIDE.format(extra=extra),
-        "phase-00-foundations/labs/README.md": "# Labs\n\n- [Lab 01](lab-01-demo/README.md)\n",
+        "phase-00-foundations/labs/README.md": "# Labs\n\n| Order | Lab |\n|---|---|\n| 1 | [Lab 01](lab-01-demo/README.md) |\n",
         "phase-00-foundations/labs/lab-01-demo/README.md": "# Lab 01 — Demo [CPU-OK]\n\nRun [the tests](test_lab.py); "
         "[a mutant](mutants/off_by_one.py); [CI](../../../.ci/run).\n",
         "phase-00-foundations/labs/lab-01-demo/mutants/off_by_one.py": "def add(a, b):\n    return a + b + 1\n",
         ".ci/run": "#!/usr/bin/env bash\n",
         "phase-00-foundations/labs/lab-01-demo/starter.py": 'def add(a, b):\n    raise NotImplementedError("sum them")\n',
         "phase-00-foundations/labs/lab-01-demo/test_lab.py": "from course.harness import load_lab\n",
+        "upstream/vllm/v1/core/block_pool.py": "class BlockPool:\n\n    def get_new_blocks(self, n):\n        pass\n",
     }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -85,8 +91,17 @@ def test_a_clean_course_builds_with_links_checked(good):
 def test_summary_has_a_part_per_phase_and_the_lab_page_shows_its_starter(good):
     root, _, _ = good
     summary = (root / "build/book/src/SUMMARY.md").read_text()
-    assert "# Phase 00 — Foundations" in summary
-    assert "    - [Lab 01 — Demo \\[CPU-OK\\]](phase-00-foundations/labs/lab-01-demo/README.md)" in summary
+    assert "- [Phase 00 · Foundations](phase-00-foundations/index.md)" in summary, (
+        "a folding chapter per phase"
+    )
+    assert "    - [Phase 00 · Guide](phase-00-foundations/00-guide.md)" in summary, "titles name their phase"
+    assert (
+        "        - [Phase 00 · Lab 01 — Demo \\[CPU-OK\\]](phase-00-foundations/labs/lab-01-demo/README.md)"
+        in summary
+    )
+    assert "# Planned phases" in summary and "- [Phase 19 · Capstone — Maintainer & Startup]()" in summary
+    toml = (root / "book.toml").read_text()
+    assert "[output.html.fold]" in toml and "additional-css" in toml
     lab = (root / "build/book/src/phase-00-foundations/labs/lab-01-demo/README.md").read_text()
     assert "## Starter code" in lab and 'raise NotImplementedError("sum them")' in lab
 
@@ -99,6 +114,15 @@ def test_links_are_adapted_for_the_site(good):
         "https://github.com/vllm-project/vllm/blob/0decac0d96c42b49572498019f0a0e3600f50398/vllm/v1/core/block_pool.py"
         in guide
     )
+    pin = "https://github.com/vllm-project/vllm/blob/0decac0d96c42b49572498019f0a0e3600f50398/"
+    assert (
+        f"[`vllm/v1/core/block_pool.py:3 — BlockPool.get_new_blocks`]({pin}vllm/v1/core/block_pool.py#L3)"
+        in guide
+    )
+    assert f"[vllm/v1/core/block_pool.py:1]({pin}vllm/v1/core/block_pool.py#L1) — BlockPool" in guide
+    assert "`mini_vllm/block_pool.py:1 — BlockPool`\nstays plain" in guide, "course paths are not linked"
+    original = (root / "phase-00-foundations/00-guide.md").read_text()
+    assert "github.com" not in original, "the repository's markdown stays plain"
     assert (root / "build/book/html/phase-00-foundations/labs/lab-01-demo/figure.png").is_file()
     for linked in (
         "phase-00-foundations/labs/lab-01-demo/test_lab.py",
@@ -112,7 +136,9 @@ def test_links_are_adapted_for_the_site(good):
 def broken(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
     root = write_course(
         tmp_path_factory.mktemp("broken"),
-        extra="See [the missing page](01-deep-dive.md) and [a typo](../GLOSSARY.md#kv-cahce).",
+        extra="See [the missing page](01-deep-dive.md) and [a typo](../GLOSSARY.md#kv-cahce).\n\n"
+        "The pool is `vllm/v1/core/block_pool.py:40 — BlockPool`, past the file's end.\n\n"
+        "The sum is 68\n+ 3 decodes.",
     )
     return build(root)
 
@@ -144,3 +170,14 @@ def test_link_checker_sees_heading_ids_and_explicit_ids(tmp_path: Path):
     checked, bad = check_site(tmp_path)
     assert checked == 3
     assert [(b.page, b.href) for b in bad] == [("b.html", "a.html#gone")]
+
+
+def test_a_citation_link_past_the_end_of_the_file_fails_the_build(broken):
+    code, out = broken
+    assert code == 1
+    assert "vllm/v1/core/block_pool.py#L40`: vllm/v1/core/block_pool.py has 4 lines, no line 40" in out, out
+
+
+def test_a_page_check_problem_fails_the_build_naming_the_line(broken):
+    _, out = broken
+    assert "phase-00-foundations/00-guide.md:19: a line starting with '+ ' becomes a bullet" in out, out

@@ -46,3 +46,34 @@ def test_strict_fails_while_a_lab_is_unfinished(tmp_path: Path, monkeypatch: pyt
     assert grade.run(args) == 1, "--strict must fail while a lab is unfinished"
     canned["lab-02-untouched"] = [CaseResult("a", "passed")]
     assert grade.run(args) == 0
+
+
+def test_grade_reports_labs_in_folder_order_whatever_finishes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    import threading
+
+    for name in ("lab-01-first", "lab-02-second", "lab-03-third"):
+        make_lab(tmp_path, name=name)
+    later_labs_done = threading.Event()
+    finished: list[str] = []
+
+    def run_lab(path, root, label, impl):
+        if path.name == "lab-01-first":  # the first lab finishes last
+            assert later_labs_done.wait(10), "the other labs should run meanwhile"
+        finished.append(path.name)
+        if path.name == "lab-03-third":
+            later_labs_done.set()
+        return LabRun(label, 0, [CaseResult("a", "passed")])
+
+    monkeypatch.setattr(grade, "run_lab", run_lab)
+    assert grade.run(argparse.Namespace(phases=[], jobs=3, strict=False, root=tmp_path)) == 0
+    assert finished[-1] == "lab-01-first"
+    out = capsys.readouterr()
+    text = out.out + out.err
+    lines = [line for line in text.splitlines() if line.strip().startswith("[")]
+    assert [line.split("/")[-1].split(":")[0] for line in lines] == [
+        "lab-01-first",
+        "lab-02-second",
+        "lab-03-third",
+    ], "progress must follow the one lab order (folder numbers), not completion order"

@@ -33,7 +33,7 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: help venv upstream upstream-deps test test-strict serve book grade citations outputs \
-        outputs-check check-labs check lint clean
+        outputs-check check-labs check lint clean browser-test
 
 help: ## list the targets
 	@echo "vLLM Mastery — make targets"
@@ -72,8 +72,11 @@ test-strict: ## the test suite in strict mode, as CI runs it
 serve: $(STAMP) ## build the website and serve it on http://127.0.0.1:3000 (PORT=N to change)
 	@$(PY) -m course book --serve --port $(PORT)
 
-book: $(STAMP) ## build the website into build/book/html and check every internal link
+book: $(STAMP) upstream ## build the website into build/book/html; check every link (citations against upstream/) and page
 	@$(PY) -m course book
+
+browser-test: $(STAMP) upstream ## the website in Chromium (Playwright): pages load, search, starters, 400 px layout
+	$(PY) -m pytest course/sitebrowser.py -q -p no:cacheprovider
 
 grade: $(STAMP) ## grade your starter.py files (LAB_IMPL=starter): a progress table per phase
 	@$(PY) -m course grade $(PHASE)

@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 SKIP_PAGES = frozenset({"print.html", "404.html", "toc.html", "index.html"})
 EXTERNAL_SCHEMES = ("http", "https", "mailto", "tel", "javascript", "data", "ftp")
+NO_TREE = "upstream/ is missing"
 LINE_FRAGMENT_RE = re.compile(r"^L(\d+)(?:-L(\d+))?$")
 
 
@@ -25,7 +26,7 @@ def check_pinned(href: str, prefix: str, upstream: Path | None) -> str | None:
     """Why a link to the pinned commit (``prefix`` + path + ``#L12``) is broken, or None."""
     path, _, fragment = href[len(prefix) :].partition("#")
     if upstream is None or not (upstream / "vllm").is_dir():
-        return "upstream/ is missing, so links into the pinned tree cannot be checked: run `make upstream`"
+        return f"{NO_TREE}, so links into the pinned tree cannot be checked: run `make upstream`"
     target = upstream / unquote(path)
     if not target.is_file():
         return f"{path} does not exist in upstream/ at the pin"

@@ -55,12 +55,22 @@ def display_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 4 if c == "\t" else 1 for c in text)
 
 
-def _nesting(line: str) -> int:
-    """Levels of blockquote and list indentation a fence line sits in."""
-    quotes = len(re.match(r"^(?:\s*>)*", line).group(0).replace(" ", ""))
-    rest = re.sub(r"^(?:\s*>)*", "", line)
+QUOTE_RE = re.compile(r"^(?:\s*>\s?)*")
+
+
+def _fence_room(fence_line: str) -> tuple[int, int]:
+    """(columns that fit, indent to strip from its lines) for a code block opened by ``fence_line``."""
+    quotes = QUOTE_RE.match(fence_line).group(0)
+    rest = fence_line[len(quotes) :]
     spaces = len(rest) - len(rest.lstrip(" "))
-    return quotes + (spaces + 3) // 4
+    depth = quotes.count(">")
+    return code_columns(depth + (spaces + 3) // 4, in_aside=depth > 0), spaces
+
+
+def _code_text(line: str, indent: int) -> str:
+    """A code line as rendered: without blockquote markers and the fence's own indentation."""
+    rest = line[len(QUOTE_RE.match(line).group(0)) :]
+    return rest[min(indent, len(rest) - len(rest.lstrip(" "))) :]
 
 
 def check_page(text: str, where: str) -> list[Problem]:
@@ -69,7 +79,7 @@ def check_page(text: str, where: str) -> list[Problem]:
     lines = text.split("\n")
     fenced = fenced_lines(lines)
     in_output = False
-    limit = code_columns()
+    limit, indent = code_columns(), 0
     for number, (line, in_fence) in enumerate(zip(lines, fenced, strict=True), 1):
         stripped = line.strip()
         if not in_fence and OUTPUT_OPEN_RE.match(stripped):
@@ -77,7 +87,7 @@ def check_page(text: str, where: str) -> list[Problem]:
         elif in_output and stripped == OUTPUT_CLOSE:
             in_output = False
         if in_fence and (number == 1 or not fenced[number - 2]):
-            limit = code_columns(_nesting(line))  # a fence opens: how deep is it?
+            limit, indent = _fence_room(line)  # a fence opens: how much room does it have?
         bad = sorted({c for c in line if needs_emoji_font(c)})
         if bad:
             names = ", ".join(f"{c} ({unicodedata.name(c, hex(ord(c)))})" for c in bad)
@@ -89,11 +99,12 @@ def check_page(text: str, where: str) -> list[Problem]:
                     "a line starting with '+ ' becomes a bullet; move the '+' to the end of the line above",
                 )
             )
-        if in_fence and not in_output and display_width(line) > limit:
+        width = display_width(_code_text(line, indent)) if in_fence else 0
+        if in_fence and not in_output and width > limit:
             problems.append(
                 Problem(
                     f"{where}:{number}",
-                    f"code line is {display_width(line)} columns; at most {limit} fit the page at 1400 px "
+                    f"code line is {width} columns; at most {limit} fit the page at 1400 px "
                     "(wrap it or shorten it)",
                 )
             )

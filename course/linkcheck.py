@@ -10,6 +10,7 @@ and friends are not checked.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -20,6 +21,12 @@ SKIP_PAGES = frozenset({"print.html", "404.html", "toc.html", "index.html"})
 EXTERNAL_SCHEMES = ("http", "https", "mailto", "tel", "javascript", "data", "ftp")
 NO_TREE = "upstream/ is missing"
 LINE_FRAGMENT_RE = re.compile(r"^L(\d+)(?:-L(\d+))?$")
+
+
+@functools.lru_cache(maxsize=1024)
+def _line_count(path: Path) -> int:
+    with path.open("rb") as fh:
+        return sum(1 for _ in fh)
 
 
 def check_pinned(href: str, prefix: str, upstream: Path | None) -> str | None:
@@ -34,8 +41,7 @@ def check_pinned(href: str, prefix: str, upstream: Path | None) -> str | None:
         m = LINE_FRAGMENT_RE.match(fragment)
         if not m:
             return f"#{fragment} is not a line anchor (#L12 or #L12-L20)"
-        with target.open("rb") as fh:
-            count = sum(1 for _ in fh)
+        count = _line_count(target)
         for number in filter(None, m.groups()):
             if not 1 <= int(number) <= count:
                 return f"{path} has {count} lines, no line {number}"

@@ -152,6 +152,8 @@ def test_a_key_concept_card_opens(browser, site):
     card.locator("summary").click()
     assert card.get_attribute("open") is not None
     assert card.locator("p").first.is_visible(), "an opened card shows its text"
+    card.scroll_into_view_if_needed()
+    screenshot(page, "key-concepts-card-open.png")
     page.close()
 
 

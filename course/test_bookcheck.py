@@ -38,7 +38,9 @@ def test_code_width_counts_wide_characters_twice_and_nesting_narrows_the_column(
     assert messages(f"```text\n{cjk}\n```\n"), "East Asian wide characters take two columns"
     nested = "x" * (code_columns(1) + 1)
     assert messages(f"- an item\n\n  ```text\n  {nested}\n  ```\n"), "a fence in a list item has less room"
-    assert messages(f"> ```text\n> {nested}\n> ```\n"), "a fence in a blockquote has less room"
+    aside = "x" * (code_columns(1, in_aside=True) + 1)
+    assert messages(f"> ```text\n> {aside}\n> ```\n"), "a fence in a blockquote has the prose width"
+    assert not messages(f"> ```text\n> {aside[:-1]}\n> ```\n")
 
 
 def test_generated_output_blocks_are_exempt_because_they_wrap():

@@ -93,17 +93,19 @@ outputs-check: $(STAMP) ## fail if any generated output block is stale
 check-labs: $(STAMP) ## every lab: solution passes, starter fails, each mutant is caught
 	@$(PY) -m course check-labs $(PHASE)
 
-check: $(STAMP) upstream ## everything CI checks: strict tests, labs, outputs, citations, book
-	@echo "==> [1/5] tests (strict)"
+check: $(STAMP) upstream ## everything CI checks: strict tests, labs, outputs, citations, book, browser
+	@echo "==> [1/6] tests (strict)"
 	@COURSE_STRICT=1 $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
-	@echo "==> [2/5] check-labs"
+	@echo "==> [2/6] check-labs"
 	@COURSE_STRICT=1 $(PY) -m course check-labs
-	@echo "==> [3/5] outputs --check"
+	@echo "==> [3/6] outputs --check"
 	@$(PY) -m course outputs --check
-	@echo "==> [4/5] citations"
+	@echo "==> [4/6] citations"
 	@$(PY) -m course citations
-	@echo "==> [5/5] book + link check"
+	@echo "==> [5/6] book: links, citation links, page checks"
 	@$(PY) -m course book
+	@echo "==> [6/6] the site in Chromium (skips with a reason when no Chromium; CI fails instead)"
+	@$(PY) -m pytest course/sitebrowser.py -q -p no:cacheprovider
 	@echo "==> all checks passed"
 
 lint: $(STAMP) ## ruff over the course code

@@ -1,10 +1,12 @@
-"""Build the course website with mdBook and check its links.
+"""Build the course website with mdBook and check its links and pages.
 
 ``build/book/src`` mirrors the repository's layout (so every relative link written for GitHub
 keeps working), ``SUMMARY.md`` gets a part per phase, each lab page shows its ``starter.py``,
 and ``book.toml`` at the repository root points mdBook at that source. mdBook's ``index``
 preprocessor is switched off, so ``README.md`` pages stay ``README.html`` and links to them resolve.
-After the build every internal link and anchor is checked; a broken one fails the build.
+After the build every internal link and anchor is checked, and so is every link into the pinned
+tree (against ``upstream/``); then the page checks of ``course.bookcheck`` run. Any problem fails
+the build.
 """
 
 from __future__ import annotations
@@ -134,10 +136,12 @@ def serve(html: Path, port: int) -> None:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "book",
-        help="build the website (mdBook) and check its links; --serve to view it",
-        description="Generate build/book/src (SUMMARY with a part per phase, every phase page, every lab "
-        "README with its starter), build it with mdBook into build/book/html, and fail on any broken "
-        "internal link or anchor.",
+        help="build the website (mdBook) and check its links and pages; --serve to view it",
+        description="Generate build/book/src (a folding chapter per phase, every phase page, every lab "
+        "README with its starter, citations linked to the pinned commit), build it with mdBook into "
+        "build/book/html, and fail on any broken internal link or anchor, any citation link whose file "
+        "or line is missing from upstream/, or a page check (lab order, unique titles, '+ ' bullets, "
+        "code wider than the page, emoji).",
     )
     p.add_argument("--serve", action="store_true", help="after building, serve the site on localhost")
     p.add_argument("--port", type=int, default=3000, help="port for --serve (default: 3000)")

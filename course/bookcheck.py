@@ -46,12 +46,13 @@ class Problem:
         return f"{self.where}: {self.message}"
 
 
-def needs_emoji_font(char: str) -> bool:
-    return char in EMOJI_BMP or ord(char) >= 0x1F000
+EMOJI_RE = re.compile("[" + "".join(sorted(EMOJI_BMP)) + "\U0001f000-\U0010ffff]")
 
 
 def display_width(text: str) -> int:
     """Monospace columns: East Asian wide characters take two, a tab four."""
+    if text.isascii():
+        return len(text) + 3 * text.count("\t")
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 4 if c == "\t" else 1 for c in text)
 
 
@@ -88,7 +89,7 @@ def check_page(text: str, where: str) -> list[Problem]:
             in_output = False
         if in_fence and (number == 1 or not fenced[number - 2]):
             limit, indent = _fence_room(line)  # a fence opens: how much room does it have?
-        bad = sorted({c for c in line if needs_emoji_font(c)})
+        bad = sorted(set(EMOJI_RE.findall(line)))
         if bad:
             names = ", ".join(f"{c} ({unicodedata.name(c, hex(ord(c)))})" for c in bad)
             problems.append(Problem(f"{where}:{number}", f"{names} needs an emoji font; write words instead"))

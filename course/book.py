@@ -1,7 +1,7 @@
 """Build the course website with mdBook and check its links and pages.
 
 ``build/book/src`` mirrors the repository's layout (so every relative link written for GitHub
-keeps working), ``SUMMARY.md`` gets a part per phase, each lab page shows its ``starter.py``,
+keeps working), ``SUMMARY.md`` gets a folding chapter per phase, each lab page shows its ``starter.py``,
 and ``book.toml`` at the repository root points mdBook at that source. mdBook's ``index``
 preprocessor is switched off, so ``README.md`` pages stay ``README.html`` and links to them resolve.
 After the build every internal link and anchor is checked, and so is every link into the pinned

@@ -146,19 +146,21 @@ class _Linker:
     def _rewrite_line(self, line: str) -> str:
         pieces = []
         last = 0
+        # Where the author already wrote links: a citation inside one is left alone (no nesting).
+        links = [(m.start(), m.end()) for m in INLINE_LINK_RE.finditer(line)]
         for m in CODE_SPAN_RE.finditer(line):
-            pieces.append(self._rewrite_prose(line[last : m.start()]))
-            pieces.append(self._link_code_span(m.group(0), line, m.start(), m.end()))
+            pieces.append(self._rewrite_prose(line[last : m.start()], links, last))
+            inside = any(a <= m.start() < b for a, b in links)
+            pieces.append(m.group(0) if inside else self._link_code_span(m.group(0)))
             last = m.end()
-        pieces.append(self._rewrite_prose(line[last:]))
+        pieces.append(self._rewrite_prose(line[last:], links, last))
         return "".join(pieces)
 
-    def _rewrite_prose(self, text: str) -> str:
+    def _rewrite_prose(self, text: str, links: list[tuple[int, int]], offset: int) -> str:
         def sub(m: re.Match[str]) -> str:
             return m.group(1) + self.target(m.group(2)) + m.group(3)
 
-        links = [(m.start(), m.end()) for m in INLINE_LINK_RE.finditer(text)]
-        text = self._link_citations(text, links)
+        text = self._link_citations(text, links, offset)
         text = INLINE_LINK_RE.sub(sub, text)
         text = REF_DEF_RE.sub(sub, text)
         return HTML_ATTR_RE.sub(sub, text)
@@ -171,21 +173,20 @@ class _Linker:
         self.cited += 1
         return f"{GITHUB_BLOB}{path}#L{line}" + (f"-L{end}" if end else "")
 
-    def _link_code_span(self, span: str, line: str, start: int, end: int) -> str:
-        """A code span holding a citation (`path:line — Symbol`) becomes a link, unless already one."""
-        if line[:start].endswith("[") and line[end:].startswith("]("):
-            return span
+    def _link_code_span(self, span: str) -> str:
+        """A code span holding a citation (`path:line — Symbol`) becomes a link to its first one."""
         m = PATH_LINE_RE.search(span)
         if not m:
             return span
         url = self.cite_url(m.group("path"), int(m.group("line")), _int(m.group("end")))
         return f"[{span}]({url})" if url else span
 
-    def _link_citations(self, text: str, links: list[tuple[int, int]]) -> str:
-        """Plain-text ``path:line`` citations into the pinned tree become links."""
+    def _link_citations(self, text: str, links: list[tuple[int, int]], offset: int) -> str:
+        """Plain-text ``path:line`` citations into the pinned tree become links (``text`` starts at
+        ``offset`` in its line; ``links`` are the line's existing links, left alone)."""
         pieces, last = [], 0
         for m in PATH_LINE_RE.finditer(text):
-            if any(a <= m.start() < b for a, b in links):
+            if any(a <= offset + m.start() < b for a, b in links):
                 continue
             url = self.cite_url(m.group("path"), int(m.group("line")), _int(m.group("end")))
             if url:

@@ -181,3 +181,20 @@ def test_a_citation_link_past_the_end_of_the_file_fails_the_build(broken):
 def test_a_page_check_problem_fails_the_build_naming_the_line(broken):
     _, out = broken
     assert "phase-00-foundations/00-guide.md:19: a line starting with '+ ' becomes a bullet" in out, out
+
+
+def test_citations_already_inside_a_link_are_left_alone(tmp_path: Path):
+    from course.booksrc import GITHUB_BLOB, _Linker
+
+    linker = _Linker(tmp_path, "page.md", set())
+    cite = "vllm/v1/core/block_pool.py:130"
+    assert linker._rewrite_line(f"[`{cite} — BlockPool`](https://example.com)") == (
+        f"[`{cite} — BlockPool`](https://example.com)"
+    )
+    assert linker._rewrite_line(f"[the pool at {cite}](https://example.com)") == (
+        f"[the pool at {cite}](https://example.com)"
+    )
+    assert linker._rewrite_line(f"{cite}-140 (BlockPool)") == (
+        f"[{cite}-140]({GITHUB_BLOB}vllm/v1/core/block_pool.py#L130-L140) (BlockPool)"
+    ), "a range citation links the range"
+    assert linker.cited == 1

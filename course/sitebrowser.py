@@ -128,6 +128,10 @@ def test_sidebar_folds_and_names_pages_by_phase(browser, site):
     assert page.title().startswith("Phase 02 · Lab 01"), page.title()
     link = page.locator(f'#mdbook-sidebar a[href$="{LAB_PAGE}"], nav.sidebar a[href$="{LAB_PAGE}"]').first
     assert link.is_visible(), "the current page's phase unfolds"
+    following = page.locator("a.nav-chapters.next, a.mobile-nav-chapters.next").first.get_attribute("href")
+    assert "labs/lab-02-" in following, (
+        f"the next arrow should lead to lab 02 (folder order), not {following}"
+    )
     page.close()
 
 

@@ -88,7 +88,7 @@ def test_a_clean_course_builds_with_links_checked(good):
     assert (root / "book.toml").read_text().count('src = "build/book/src"') == 1
 
 
-def test_summary_has_a_part_per_phase_and_the_lab_page_shows_its_starter(good):
+def test_summary_folds_each_phase_names_pages_by_phase_and_shows_the_starter(good):
     root, _, _ = good
     summary = (root / "build/book/src/SUMMARY.md").read_text()
     assert "- [Phase 00 · Foundations](phase-00-foundations/index.md)" in summary, (

@@ -29,6 +29,9 @@ from course import ROOT
 from course.book import build
 from course.booksrc import GITHUB_BLOB
 
+# Building the book and starting Chromium can take a while on a loaded 2-core runner.
+pytestmark = pytest.mark.timeout(240)
+
 TRUTHY = ("1", "true", "yes")
 LAB_PAGE = "phase-02-paged-attention/labs/lab-01-block-allocator/README.html"
 DEEP_DIVE = "phase-02-paged-attention/01-deep-dive.html"

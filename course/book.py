@@ -22,8 +22,7 @@ from pathlib import Path
 
 from course import ROOT, bookcheck, sitestyle
 from course.booksrc import GITHUB_BLOB, OVERVIEW, BookSource, generate
-from course.discover import find_phases, rel
-from course.grade import graded_labs
+from course.discover import find_phases, labs_in_order, rel
 from course.linkcheck import NO_TREE, BrokenLink, check_site
 from course.report import progress
 
@@ -182,7 +181,9 @@ def run(args: argparse.Namespace) -> int:
 def run_checks(root: Path, source: BookSource) -> list[bookcheck.Problem]:
     """The page checks of ``course.bookcheck`` on what went into the book."""
     phases = find_phases(root)
-    graded = [f"{lab.path.parent.parent.name}/{lab.name}" for lab in graded_labs(phases)]
+    graded = [
+        f"{lab.path.parent.parent.name}/{lab.name}" for lab in labs_in_order(phases)
+    ]  # course grade's order
     pages = [rel for rel in source.chapters if not rel.endswith("/" + OVERVIEW)]
     return (
         bookcheck.check_lab_order(root, phases, source.summary, graded)

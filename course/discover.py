@@ -116,6 +116,11 @@ def find_phases(root: Path) -> list[Phase]:
     return phases
 
 
+def labs_in_order(phases: list[Phase]) -> list[Lab]:
+    """The one lab order: phase by phase, each phase's labs by folder number (grader and book)."""
+    return [lab for phase in phases for lab in phase.labs]
+
+
 def select_phases(phases: list[Phase], wanted: list[str]) -> list[Phase]:
     """Filter by the user's PHASE arguments: ``3``, ``03``, ``phase-03-…`` or a path to it.
 

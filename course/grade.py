@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from course import ROOT, zygote_client
-from course.discover import Lab, Phase, find_phases, select_phases
+from course.discover import Lab, find_phases, labs_in_order, select_phases
 from course.labrun import LabRun, run_lab
 from course.report import print_table, progress
 
@@ -24,11 +24,6 @@ def status(run: LabRun) -> str:
     if run.passed and not run.failed:
         return "done"
     return "in progress" if run.passed else "not started"
-
-
-def graded_labs(phases: list[Phase]) -> list[Lab]:
-    """The labs ``grade`` runs and reports, in the one lab order: phase, then folder number."""
-    return [lab for phase in phases for lab in phase.labs]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -51,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
-    labs = graded_labs(phases)
+    labs = labs_in_order(phases)  # progress and tables follow it
     if not labs:
         print("grade: no labs found yet")
         return 1 if args.strict else 0

@@ -12,6 +12,22 @@ A block looks exactly like this (the command runs from the repository root; a le
 ``outputs`` rewrites each block with the command's stdout (trailing whitespace stripped per line);
 ``outputs --check`` rewrites nothing and fails listing every stale block with a short diff.
 Each distinct command runs once per invocation.
+
+**Figures.** A command may also draw images (``.png`` or ``.svg`` anywhere in the course tree,
+for example ``phase-02-paged-attention/figures/block_table.py`` writing ``block_table.svg``).
+Every image is read before the commands run and again after; an image a command changed is a
+stale figure, and so is a new one. The rule that decides "changed": an SVG must be byte-identical
+(the figure scripts write fixed ids and no dates); a PNG must decode to the same size and the same
+RGBA pixels, so a different zlib or PNG encoder does not count as a change. ``--check`` puts every
+image back exactly as it was; a plain run keeps the new bytes only where the rule saw a change.
+
+**GPU measurements.** A block may name a second command that only a GPU can run::
+
+    <!-- output: python X/bench.py --predict | gpu: python X/bench.py -->
+
+When ``results/gpu/*.json`` (written by ``make gpu-check``, see ``course/gpucheck.py``) holds a
+successful run of the ``gpu:`` command, the block shows that run, headed "measured on <device>",
+one section per device file; otherwise it shows what the first command prints (the prediction).
 """
 
 from __future__ import annotations
@@ -29,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course import ROOT
-from course.discover import markdown_files, rel
+from course import gpucheck
+from course.discover import EXCLUDED_DIRS, markdown_files, rel
 from course.mdscan import fenced_lines
 from course.report import progress
 
@@ -39,6 +56,8 @@ FENCE = "```"
 CLOSE = "<!-- /output -->"
 SHELL_CHARS = set("|;&<>`$")
 TIMEOUT_S = 600
+GPU_SEP = " | gpu: "
+IMAGE_SUFFIXES = (".png", ".svg")
 
 
 class BlockError(ValueError):
@@ -55,6 +74,7 @@ class Block:
     start: int
     end: int
     body: tuple[str, ...]
+    gpu_command: str | None = None  # measured on a GPU box when results/gpu/ holds a run of it
 
 
 def find_blocks(path: Path) -> list[Block]:
@@ -76,7 +96,12 @@ def find_blocks(path: Path) -> list[Block]:
             j += 1
         if j + 1 >= len(lines) or lines[j + 1].strip() != CLOSE:
             raise BlockError(f"{where}: the ```text block must be closed by ``` and then {CLOSE}")
-        blocks.append(Block(path, i + 1, m.group("cmd").strip(), i + 2, j, tuple(lines[i + 2 : j])))
+        command, _, gpu_command = m.group("cmd").partition(GPU_SEP)
+        blocks.append(
+            Block(
+                path, i + 1, command.strip(), i + 2, j, tuple(lines[i + 2 : j]), gpu_command.strip() or None
+            )
+        )
         i = j + 2
     return blocks
 
@@ -132,8 +157,66 @@ def run_command(command: str, root: Path) -> list[str]:
     return lines
 
 
-def refresh(files: list[Path], root: Path, check: bool, jobs: int = 2) -> tuple[list[str], list[str], int]:
-    """Refresh (or check) the blocks of ``files``. Returns (stale reports, errors, number of blocks)."""
+def image_files(root: Path) -> list[Path]:
+    """Every .png/.svg under ``root``, outside generated and private folders."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in EXCLUDED_DIRS and not d.startswith("."))
+        found.extend(Path(folder) / f for f in sorted(files) if f.endswith(IMAGE_SUFFIXES))
+    return found
+
+
+def same_image(path: Path, old: bytes, new: bytes) -> bool:
+    """The freshness rule: SVG (and anything else) byte for byte; PNG pixel for pixel."""
+    if old == new:
+        return True
+    if path.suffix != ".png":
+        return False
+    try:
+        import io
+
+        from PIL import Image
+    except ImportError:  # without Pillow only identical bytes count as the same picture
+        return False
+    try:
+        with Image.open(io.BytesIO(old)) as a, Image.open(io.BytesIO(new)) as b:
+            return a.size == b.size and a.convert("RGBA").tobytes() == b.convert("RGBA").tobytes()
+    except OSError:  # one of them is not a readable PNG
+        return False
+
+
+def _figure_reports(
+    before: dict[Path, bytes], root: Path, check: bool, results: dict[str, list[str] | BlockError]
+) -> list[str]:
+    """Compare every image with its snapshot; restore per the rules in the module docstring."""
+    reports = []
+    for path in image_files(root):
+        new = path.read_bytes()
+        old = before.get(path)
+        if old is not None and same_image(path, old, new):
+            if old != new:
+                path.write_bytes(old)  # same picture, different encoding: keep the committed bytes
+            continue
+        drawers = sorted(c for c, out in results.items() if isinstance(out, list) and path.name in "\n".join(out))
+        by = f" (drawn by `{drawers[0]}`)" if drawers else ""
+        what = "new figure" if old is None else "stale figure"
+        reports.append(f"{rel(path, root)}: {what}{by}")
+        if check:
+            if old is None:
+                path.unlink()
+            else:
+                path.write_bytes(old)
+    return reports
+
+
+def refresh(
+    files: list[Path], root: Path, check: bool, jobs: int = 2, allow_sample: bool = False
+) -> tuple[list[str], list[str], int]:
+    """Refresh (or check) the blocks of ``files`` and the figures their commands draw.
+
+    Returns (stale reports, errors, number of blocks). ``allow_sample`` lets the tests feed a
+    sample results file (never set by the command line).
+    """
     errors: list[str] = []
     blocks: list[Block] = []
     for md in files:
@@ -141,7 +224,12 @@ def refresh(files: list[Path], root: Path, check: bool, jobs: int = 2) -> tuple[
             blocks.extend(find_blocks(md))
         except (BlockError, UnicodeDecodeError) as exc:
             errors.append(str(exc))
-    commands = sorted({b.command for b in blocks})
+    try:
+        measured = gpucheck.measured_outputs(root, allow_sample=allow_sample)
+    except gpucheck.ResultsError as exc:
+        errors.append(str(exc))
+        measured = {}
+    commands = sorted({b.command for b in blocks if b.gpu_command not in measured})
     results: dict[str, list[str] | BlockError] = {}
 
     def one(command: str) -> tuple[str, list[str] | BlockError]:
@@ -155,6 +243,7 @@ def refresh(files: list[Path], root: Path, check: bool, jobs: int = 2) -> tuple[
 
     if commands:
         progress(f"outputs: {len(blocks)} block(s), {len(commands)} distinct command(s)")
+    before = {p: p.read_bytes() for p in image_files(root)}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for command, out in pool.map(one, commands):
             results[command] = out
@@ -167,7 +256,12 @@ def refresh(files: list[Path], root: Path, check: bool, jobs: int = 2) -> tuple[
         lines = md.read_text(encoding="utf-8").splitlines()
         changed = False
         for b in reversed(file_blocks):
-            out = results[b.command]
+            shown_command = b.command
+            if b.gpu_command in measured:
+                out = measured[b.gpu_command]
+                shown_command = b.gpu_command
+            else:
+                out = results[b.command]
             if isinstance(out, BlockError):
                 errors.append(f"{rel(md, root)}:{b.line}: {out}")
                 continue
@@ -179,7 +273,7 @@ def refresh(files: list[Path], root: Path, check: bool, jobs: int = 2) -> tuple[
             shown = list(diff)
             more = f"\n    … {len(shown) - 20} more diff lines" if len(shown) > 20 else ""
             stale.append(
-                f"{rel(md, root)}:{b.line}: stale output of `{b.command}`\n    "
+                f"{rel(md, root)}:{b.line}: stale output of `{shown_command}`\n    "
                 + "\n    ".join(shown[:20])
                 + more
             )
@@ -187,6 +281,7 @@ def refresh(files: list[Path], root: Path, check: bool, jobs: int = 2) -> tuple[
             changed = True
         if changed and not check:
             md.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    stale.extend(_figure_reports(before, root, check, results))
     return stale, errors, len(blocks)
 
 
@@ -214,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     stale, errors, count = refresh(files, args.root, args.check, args.jobs)
     for report in stale:
-        print(report if args.check else report.splitlines()[0].replace("stale output", "refreshed output"))
+        print(report if args.check else report.splitlines()[0].replace("stale output", "refreshed output").replace("stale figure", "redrew figure"))
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     if args.check:

@@ -24,6 +24,11 @@ TORCH_INDEX ?=
 # Try JOBS=4 on a bigger machine.
 JOBS ?= 0
 PYTEST_ARGS ?=
+# The rented-GPU route (SETUP.md §5) lives in its own venv, so `make test` (which installs the CPU
+# course's torch 2.13.0) can never replace the torch that vllm 0.22.1 brings.
+GPU_VENV ?= .venv-gpu
+GPU_PY := $(GPU_VENV)/bin/python
+GPU_STAMP := $(GPU_VENV)/.course-gpu-installed
 
 ifeq ($(JOBS),0)
   XDIST :=
@@ -33,7 +38,7 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: help venv upstream upstream-deps test test-strict serve book grade citations outputs \
-        outputs-check check-labs check lint clean browser-test
+        outputs-check check-labs check lint clean browser-test gpu gpu-check
 
 help: ## list the targets
 	@echo "vLLM Mastery — make targets"
@@ -110,6 +115,22 @@ check: $(STAMP) upstream ## everything CI checks: strict tests, labs, outputs, c
 
 lint: $(STAMP) ## ruff over the course code
 	$(PY) -m ruff check .
+
+gpu: $(GPU_STAMP) ## GPU box: .venv-gpu with vllm 0.22.1, its own torch/CUDA, and the course on top
+
+$(GPU_STAMP): pyproject.toml
+	@echo "==> [1/3] creating $(GPU_VENV) with $(PYTHON)"
+	@test -x $(GPU_PY) || $(PYTHON) -m venv $(GPU_VENV)
+	@echo "==> [2/3] installing the course's gpu extra: vllm==0.22.1 brings torch 2.11.0 and its CUDA 13 wheels"
+	$(GPU_PY) -m pip install --progress-bar on -e '.[gpu]'
+	@echo "==> [3/3] checking that torch is still the one vllm pins"
+	@$(GPU_PY) -m course gpu-check --verify-install
+	@touch $@
+
+gpu-check: $(GPU_STAMP) ## GPU box: pytest -m gpu, every bench.py and run.py -> results/gpu/<device>.json
+	@$(GPU_PY) -m course gpu-check --verify-install
+	@$(GPU_PY) -m course upstream
+	@$(GPU_PY) -m course gpu-check
 
 clean: ## remove build/ (the website, caches); keeps .venv and upstream/
 	rm -rf build

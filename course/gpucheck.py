@@ -199,6 +199,37 @@ def record(root: Path, out_dir: Path, timeout: int, only: list[str] | None = Non
     return path
 
 
+def pinned_torch(vllm_requires: list[str]) -> str | None:
+    """The ``torch==X`` that vllm's metadata pins (``None`` if it pins none)."""
+    for req in vllm_requires:
+        name, sep, rest = req.partition("==")
+        if sep and name.strip().lower() == "torch":
+            return rest.split(";")[0].strip()
+    return None
+
+
+def verify_install() -> int:
+    """After ``make gpu``: vllm is 0.22.1 and torch is the version vllm pins (not the CPU course's)."""
+    from importlib.metadata import PackageNotFoundError, requires, version
+
+    try:
+        vllm_version, torch_version = version("vllm"), version("torch")
+    except PackageNotFoundError as exc:
+        print(f"error: {exc.name} is not installed; run `make gpu` (SETUP.md §5)", file=sys.stderr)
+        return 2
+    want = pinned_torch(requires("vllm") or [])
+    have = torch_version.split("+")[0]
+    if vllm_version != "0.22.1" or (want and have != want):
+        print(f"error: vllm {vllm_version} with torch {torch_version}; the course needs vllm 0.22.1 with the "
+              f"torch it pins ({want}). Something replaced it: reinstall with `make gpu`.", file=sys.stderr)
+        return 1
+    import torch
+
+    cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device visible"
+    print(f"vllm {vllm_version}, torch {torch_version} (the version vllm pins), CUDA {torch.version.cuda}: {cuda}")
+    return 0
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "gpu-check",
@@ -209,11 +240,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help=f"results folder (default: {RESULTS_DIR})")
     p.add_argument("--timeout", type=int, default=900, help="seconds per bench.py / run.py (default: 900)")
     p.add_argument("--only", nargs="*", metavar="TEXT", help="run only the commands containing TEXT")
+    p.add_argument("--verify-install", action="store_true",
+                   help="only check that vllm is 0.22.1 and torch is the version it pins (make gpu runs this)")
     p.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.verify_install:
+        return verify_install()
     out_dir = args.out or args.root / RESULTS_DIR
     try:
         path = record(args.root, out_dir, args.timeout, args.only)

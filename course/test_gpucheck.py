@@ -55,3 +55,9 @@ def test_gpu_check_covers_every_bench_and_run_script():
 
 def test_no_results_file_under_results_gpu_is_a_sample():
     gpucheck.load_results(ROOT / gpucheck.RESULTS_DIR)  # raises on a sample or a malformed file
+
+
+def test_the_install_check_reads_torch_from_vllms_own_pin():
+    reqs = ["numpy", 'torch==2.11.0', 'torchaudio==2.11.0', 'matplotlib; extra == "bench"']
+    assert gpucheck.pinned_torch(reqs) == "2.11.0"
+    assert gpucheck.pinned_torch(["torchvision==0.26.0"]) is None

@@ -2,7 +2,7 @@
 
 Needs a CUDA GPU, ``pip install vllm==0.22.1`` (in its own environment: it brings its own
 CUDA build of torch) and the model weights (``facebook/opt-125m``,
-about 250 MB; ``huggingface-cli download facebook/opt-125m``). It is never run by the test
+about 250 MB; ``hf download facebook/opt-125m``). It is never run by the test
 suite. What it does:
 
 1. builds ``LLM(model, gpu_memory_utilization, max_model_len, ...)`` with per-step iteration

@@ -2,7 +2,7 @@
 against your arithmetic, and watch prefix caching share blocks among identical prompts.
 
 Needs a CUDA GPU and `pip install vllm==0.22.1` (plus the model download, e.g.
-`huggingface-cli download facebook/opt-125m`). Never run by the test suite.
+`hf download facebook/opt-125m`). Never run by the test suite.
 
     python phase-02-paged-attention/labs/lab-05-real-vllm-blocks/run.py
     python phase-02-paged-attention/labs/lab-05-real-vllm-blocks/run.py --gpu-memory-utilization 0.9

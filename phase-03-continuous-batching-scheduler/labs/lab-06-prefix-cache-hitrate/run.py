@@ -12,7 +12,7 @@ The script generates them in ONE ``LLM.generate`` call, with prefix caching on (
   the prompt tokens actually computed, and wall time.
 
 Needs a CUDA GPU, ``pip install vllm==0.22.1`` and the model, e.g.
-``huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct``. Run it twice and compare:
+``hf download Qwen/Qwen2.5-0.5B-Instruct``. Run it twice and compare:
 
     python run.py
     python run.py --no-prefix-caching

@@ -2,8 +2,8 @@
 
 Needs a CUDA GPU, `pip install vllm==0.22.1` and the checkpoints in the Hugging Face cache:
 
-    huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct
-    huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct-AWQ
+    hf download Qwen/Qwen2.5-0.5B-Instruct
+    hf download Qwen/Qwen2.5-0.5B-Instruct-AWQ
 
     python run.py                                    # all three runs, then the comparison table
     python run.py --runs fp16 fp8                    # a subset

@@ -132,7 +132,7 @@ def _run(argv: list[str], root: Path, timeout: int) -> tuple[int, float, list[st
     env.pop("LAB_IMPL", None)
     start = time.monotonic()
     try:
-        proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         rc, out = proc.returncode, proc.stdout + (proc.stderr[-4000:] if proc.returncode else "")
     except subprocess.TimeoutExpired as exc:
         rc, out = 124, (exc.stdout or "") if isinstance(exc.stdout, str) else ""

@@ -44,8 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from course import ROOT
-from course import gpucheck
+from course import ROOT, gpucheck
 from course.discover import EXCLUDED_DIRS, markdown_files, rel
 from course.mdscan import fenced_lines
 from course.report import progress

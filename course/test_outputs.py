@@ -173,7 +173,7 @@ def test_the_recorded_sample_renders_as_a_labelled_measurement(course: Path):
     (results / "sample.json").write_text(SAMPLE.read_text(), encoding="utf-8")
     md = course / "README.md"
     md.write_text(page("(placeholder)", GPU_BLOCK), encoding="utf-8")
-    stale, errors, _ = outputs.refresh([md], course, check=False, allow_sample=True)
+    _, errors, _ = outputs.refresh([md], course, check=False, allow_sample=True)
     assert not errors
     body = md.read_text()
     assert "SAMPLE, not a measurement: measured on Sample GPU (not a measurement)" in body

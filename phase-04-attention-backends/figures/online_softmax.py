@@ -65,7 +65,7 @@ def draw(states: list[dict], dense: float, path: Path) -> None:
     last = states[-1]
     svg.line(506, 133, 560, 133, arrow=True)
     svg.rect(566, 104, 176, 58, "#ffffff", ORANGE, 1.5, rx=4)
-    svg.text(574, 124, f"out = acc / denom", 11, mono=True)
+    svg.text(574, 124, "out = acc / denom", 11, mono=True)
     svg.text(574, 142, f"    = {last['acc'] / last['denom']:.4f}", 11, mono=True)
     svg.text(574, 157, f"dense softmax: {dense:.4f}", 9, fill="#555555")
     # each key's weight, relative to the running max, after each tile

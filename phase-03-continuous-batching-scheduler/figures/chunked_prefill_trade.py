@@ -94,9 +94,9 @@ def main() -> None:
     runs = {cap: timeline(cap) for cap in CAPS}
     for cap, (steps, first) in runs.items():
         per_step = [a + d for a, d in steps]
-        print(f"threshold={cap:<3} tokens per step: {per_step}")
-        print(f"              of which B's prompt:  {[a for a, _ in steps]}; B's first token in step {first}; "
-              f"longest step {max(per_step)}, total {sum(per_step)}")
+        print(f"threshold={cap:<3} tokens per step:  {per_step}")
+        print(f"              B's prompt tokens: {[a for a, _ in steps]}")
+        print(f"              B's first token in step {first}; longest step {max(per_step)}, total {sum(per_step)}")
     draw(runs, Path(__file__).with_name("chunked_prefill_trade.svg"))
     print("wrote chunked_prefill_trade.svg")
 

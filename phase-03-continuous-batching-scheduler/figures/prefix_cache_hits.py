@@ -89,7 +89,8 @@ def main() -> None:
     hits = [h for _, h in per_request]
     queries = sum(q for q, _ in per_request)
     print(f"{NUM_REQUESTS} requests of {SYSTEM_LEN} shared + {QUESTION_LEN} own tokens, block size {BLOCK_SIZE}")
-    print(f"hits per request: {hits}")
+    followers = f"{hits[1]} each" if len(set(hits[1:])) == 1 else str(hits[1:])
+    print(f"tokens found cached: request 0: {hits[0]}; requests 1-{len(hits) - 1}: {followers}")
     print(f"lookups {queries}, hits {sum(hits)}: hit rate {100 * sum(hits) / queries:.2f}%")
     print(f"cached per follower: {hits[1]} = {hits[1] // BLOCK_SIZE} full blocks of {BLOCK_SIZE}")
     draw(per_request, Path(__file__).with_name("prefix_cache_hits.svg"))

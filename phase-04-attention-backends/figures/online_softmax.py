@@ -99,7 +99,8 @@ def main() -> None:
     dense = float(dense_w @ VALUES / dense_w.sum())
     for t, st in enumerate(states):
         print(f"after tile {t}: m={st['m']:g} correction={st['correction']:.4f} denom={st['denom']:.4f} "
-              f"acc={st['acc']:.4f} weights={np.round(st['weights'], 4).tolist()}")
+              f"acc={st['acc']:.4f}")
+        print(f"              key weights {np.round(st['weights'], 4).tolist()}")
     print(f"online acc/denom = {states[-1]['acc'] / states[-1]['denom']:.4f}; dense = {dense:.4f}")
     assert np.allclose(states[-1]["weights"], dense_w), "the corrections must telescope to exp(k - max)"
     draw(states, dense, Path(__file__).with_name("online_softmax.svg"))

@@ -30,6 +30,20 @@ def test_softmax_is_a_distribution_and_is_stable():
     assert np.allclose(masked, [0.5, 0.0, 0.5]), f"a -inf logit must get probability exactly 0, got {masked}"
 
 
+
+def test_softmax_of_scores_all_below_minus_700():
+    # exp(-800) underflows to 0.0 in float64: without the max shift every term is 0 and 0/0 is NaN.
+    low = lab.softmax(np.array([-800.0, -801.0, -802.0]))
+    assert np.all(np.isfinite(low)), (
+        f"softmax([-800, -801, -802]) gave {low}: exp(-800) underflows to 0, so always subtract "
+        f"max(logits) first (not only when the logits are large)"
+    )
+    assert np.allclose(low, lab.softmax(np.array([2.0, 1.0, 0.0]))), (
+        f"softmax([-800, -801, -802]) must equal softmax([2, 1, 0]), got {low}"
+    )
+    wide = lab.softmax(np.array([0.0, -1500.0, -1e300]))
+    assert wide.tolist() == [1.0, 0.0, 0.0], f"softmax([0, -1500, -1e300]) must be exactly [1, 0, 0], got {wide}"
+
 def test_greedy_is_argmax_and_ignores_every_other_knob(monkeypatch):
     def no_rng(*args, **kwargs):
         raise AssertionError("greedy sampling (temperature 0) must not create a random generator: return argmax directly")
@@ -64,6 +78,19 @@ def test_top_k_keeps_exactly_k():
         assert np.array_equal(out, LOGITS), f"top_k={k} is disabled (k <= 0 or k >= vocab) and must change nothing, got {out}"
 
 
+
+def test_top_k_keeps_every_logit_tied_with_the_kth():
+    # vLLM masks `logits < kth` (vllm/v1/sample/ops/topk_topp_sampler.py, apply_top_k_top_p_pytorch
+    # and apply_top_k_only): a logit tied with the k-th largest survives, so k=2 here keeps three.
+    tied = np.array([1.0, 3.0, 2.0, 0.0, 2.0])
+    kept = _finite(lab.apply_top_k(tied, 2))
+    assert kept == [1, 2, 4], (
+        f"top_k=2 over {tied.tolist()}: the 2nd largest is 2.0 and both tokens holding it must survive "
+        f"(keep every logit >= the k-th largest, as vLLM does), kept {kept}"
+    )
+    kept = _finite(lab.apply_top_k(np.zeros(4), 1))
+    assert kept == [0, 1, 2, 3], f"top_k=1 over four equal logits keeps all four (all tie with the max), kept {kept}"
+
 def test_top_p_keeps_the_smallest_sufficient_nucleus():
     # Probabilities 0.5, 0.3, 0.15, 0.05 at indices 3, 0, 2, 1: running sums 0.5, 0.8, 0.95, 1.0.
     # Each p below sits strictly between two running sums. On an exact boundary (p = 0.8) the
@@ -82,6 +109,26 @@ def test_top_p_keeps_the_smallest_sufficient_nucleus():
     half = _finite(lab.apply_top_p(np.log(np.array([0.4, 0.4, 0.2])), 0.5))
     assert half == [0, 1], f"p=0.5 over [0.4, 0.4, 0.2]: 0.4 < 0.5, so the second 0.4 is needed too; kept {half}"
 
+
+
+def test_top_p_stops_at_the_token_that_reaches_p_exactly():
+    # Logits log 2 and 0 give exp() values 1 and 0.5 exactly, so these probabilities are exact
+    # dyadic numbers: [0.25, 0.5, 0.25] has running sums 0.5, 0.75, 1.0 with no rounding at all.
+    # vLLM masks tokens whose ascending cumulative sum is <= 1 - p: when the running sum hits p
+    # exactly, the token that reaches p is the last one kept.
+    ln2 = float(np.log(2.0))
+    one = _finite(lab.apply_top_p(np.array([0.0, ln2, 0.0]), 0.5))
+    assert one == [1], (
+        f"probabilities [0.25, 0.5, 0.25] with top_p=0.5: token 1 alone already reaches p, so keep only it "
+        f"(stop at the first running sum >= p, not > p); kept {one}"
+    )
+    two = _finite(lab.apply_top_p(np.array([0.0, ln2, 0.0, 0.0, ln2, 0.0]), 0.5))
+    assert two == [1, 4], (
+        f"probabilities [.125, .25, .125, .125, .25, .125] with top_p=0.5: tokens 1 and 4 sum to exactly 0.5, "
+        f"so keep exactly those two; kept {two}"
+    )
+    probs = lab.sampling_probs(np.array([0.0, ln2, 0.0, 0.0, ln2, 0.0]), 1.0, top_p=0.5)
+    assert probs.tolist() == [0.0, 0.5, 0.0, 0.0, 0.5, 0.0], f"the renormalised nucleus must be [0, .5, 0, 0, .5, 0], got {probs}"
 
 def test_temperature_sharpens_or_flattens():
     maxima = [lab.sampling_probs(LOGITS, t).max() for t in (0.25, 0.5, 1.0, 2.0, 4.0)]

@@ -244,3 +244,55 @@ def test_reusing_a_cached_block_evicts_its_index_entry():
     assert all(b.block_hash is None for b in got), "a reused block must have its hash reset"
     assert all(b.ref_cnt == 1 for b in got)
     check_invariants(pool)
+
+
+def test_refused_double_free_in_a_batch_changes_nothing():
+    pool = lab.BlockPool(num_gpu_blocks=5)
+    held, gone = pool.get_new_blocks(2)
+    pool.free_blocks([gone])
+    before = queue_ids(pool)
+    with pytest.raises(ValueError):
+        pool.free_blocks([held, gone])     # `gone` is a double free; `held` is still owned
+    assert held.ref_cnt == 1, (
+        f"the batch was refused, so block {held.block_id} must keep ref_cnt 1, got {held.ref_cnt}: check "
+        f"EVERY block for a double free before decrementing any of them")
+    assert queue_ids(pool) == before, (
+        f"a refused free_blocks must leave the free queue as it was ({before}), got {queue_ids(pool)}")
+    check_invariants(pool)
+    pool.free_blocks([held])               # the real owner's free still works, exactly once
+    assert queue_ids(pool) == before + [held.block_id], (
+        f"after the refusal, freeing the held block must queue it once at the back; got {queue_ids(pool)}")
+    check_invariants(pool)
+
+
+def test_refused_allocation_keeps_cached_blocks_findable():
+    pool = lab.BlockPool(num_gpu_blocks=5)            # 4 usable blocks
+    hashes = lab.block_hashes_for(list(range(8)), 4)
+    table = pool.get_new_blocks(2)
+    pool.cache_full_blocks(table, hashes)
+    pool.free_blocks(reversed(table))                 # idle but cached: eviction candidates
+    before = queue_ids(pool)
+    with pytest.raises(ValueError):
+        pool.get_new_blocks(5)                        # only 4 free: refused
+    assert queue_ids(pool) == before, f"a refused allocation must not reorder the queue; got {queue_ids(pool)}"
+    for i, h in enumerate(hashes):
+        assert pool.get_cached_block(h) is table[i], (
+            f"a refused allocation evicted cached block {table[i].block_id}: decide the refusal (enough "
+            f"free blocks?) BEFORE popping anything, so no cached prefix is lost")
+    assert all(b.ref_cnt == 0 for b in table)
+    pool.touch([pool.get_cached_block(hashes[0])])    # the prefix is still a hit afterwards
+    assert table[0].ref_cnt == 1
+    check_invariants(pool)
+
+
+def test_caching_disabled_never_indexes_or_evicts():
+    pool = lab.BlockPool(num_gpu_blocks=4, enable_caching=False)
+    hashes = lab.block_hashes_for(list(range(8)), 4)
+    table = pool.get_new_blocks(2)
+    pool.cache_full_blocks(table, hashes)
+    assert pool.get_cached_block(hashes[0]) is None and not pool.cached_block_hash_to_block, (
+        "with enable_caching=False, cache_full_blocks must do nothing: no index entries")
+    assert all(b.block_hash is None for b in table), "with caching disabled no block gets a hash"
+    pool.free_blocks(reversed(table))
+    assert ids(pool.get_new_blocks(3)) == [3, 2, 1], "allocation order does not depend on caching"
+    check_invariants(pool)

@@ -115,3 +115,18 @@ def test_caching_disabled_means_no_sharing():
     assert a.cached == b.cached == 0, "with enable_caching=False nothing is ever a hit"
     assert set(kv.get_block_ids("A")).isdisjoint(kv.get_block_ids("B")), "no caching -> no shared blocks"
     assert lab.ref_counts(kv, b.request) == [1] * 8
+
+
+def test_partial_tail_block_at_block_size_8():
+    kv = KVCacheManager(num_gpu_blocks=12, block_size=8)
+    prompt = list(range(200, 230))                       # 30 tokens: 3 full blocks of 8 + 6 in the tail
+    a = lab.prefill(kv, prompt, "A")
+    assert len(kv.get_block_ids("A")) == 4 and a.cached == 0, "30 tokens at block size 8 need 4 blocks"
+    assert a.request.num_computed_tokens == 30, (
+        f"num_computed_tokens counts TOKENS (the whole 30-token prompt), not table length x block size; "
+        f"got {a.request.num_computed_tokens}")
+    b = lab.prefill(kv, prompt, "B")
+    assert b.cached == 24, f"3 full blocks of 8 are cached, so B reuses 24 tokens; got {b.cached}"
+    assert lab.ref_counts(kv, b.request) == [2, 2, 2, 1], (
+        f"B shares A's 3 full blocks and owns a private tail; got {lab.ref_counts(kv, b.request)}")
+    assert b.request.num_computed_tokens == 30 and len(b.new_block_ids) == 1

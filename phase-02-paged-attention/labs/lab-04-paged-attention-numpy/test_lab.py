@@ -125,3 +125,48 @@ def test_gqa_maps_query_heads_onto_shared_kv_heads():
     assert not bad, (
         f"with 6 query heads and 3 KV heads (groups of 2), query heads {bad} read the wrong KV head: "
         f"heads 0,1 -> KV 0, heads 2,3 -> KV 1, heads 4,5 -> KV 2, i.e. h // group (not h % anything)")
+
+
+def test_scores_all_below_minus_700_stay_finite_and_exact():
+    # K points away from q, so every score is around -850: exp() of any of them underflows to 0.0.
+    rng = np.random.default_rng(7)
+    table = np.array([9, 4])
+    seq_len, heads, kv_heads, dim = 20, 4, 2, 8
+    k = -100.0 - rng.random((seq_len, kv_heads, dim))
+    v = rng.standard_normal((seq_len, kv_heads, dim))
+    q = np.full((heads, dim), 3.0)
+    k_cache = np.zeros((16 * BS, kv_heads, dim))
+    v_cache = np.zeros_like(k_cache)
+    lab.write_kv(k_cache, v_cache, k, v, lab.build_slot_mapping(table, BS, 0, seq_len))
+    assert (k[:, 0, :] @ q[0] / np.sqrt(dim)).max() < -700, "sanity: every score is below -700"
+    got = lab.paged_attention(q, k_cache, v_cache, table, seq_len, BS)
+    want = dense_attention(q, k, v)
+    assert np.all(np.isfinite(got)), (
+        "scores all below -700 gave NaN/inf: shift by the true maximum score (a running max starts at "
+        "-inf, never at 0) before exp")
+    assert np.allclose(got, want, rtol=0, atol=1e-12), (
+        f"with scores around -850 the output must still equal dense attention; max|diff| = {np.abs(got - want).max():.2e}")
+
+
+def test_documented_errors_are_raised():
+    k_cache = np.zeros((4 * BS, 2, 4))
+    v_cache = np.zeros_like(k_cache)
+    slots = lab.build_slot_mapping(np.array([1]), BS, 0, 3)
+    one_row = np.ones((1, 2, 4))
+    for new_k, new_v in ((one_row, np.ones((3, 2, 4))), (np.ones((3, 2, 4)), one_row)):
+        try:
+            lab.write_kv(k_cache, v_cache, new_k, new_v, slots)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(
+                f"write_kv with 3 slots, new_k of {len(new_k)} rows and new_v of {len(new_v)} rows must raise "
+                f"ValueError (numpy would broadcast a single row into all 3 slots silently)")
+        assert not k_cache.any() and not v_cache.any(), "a refused write must leave both caches untouched"
+    q = np.ones((6, 4))
+    try:
+        lab.paged_attention(q, np.ones((4 * BS, 4, 4)), np.ones((4 * BS, 4, 4)), np.array([1]), 3, BS)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("6 query heads over 4 KV heads is not grouped-query attention: raise ValueError")

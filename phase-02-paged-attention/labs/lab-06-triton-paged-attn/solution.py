@@ -4,7 +4,7 @@ One decode step for a batch of sequences: each sequence has ONE new query token 
 and reads its past K/V through a block table.
 
     q            [num_seqs, num_q_heads, head_dim]
-    k_cache      [num_blocks, block_size, num_kv_heads, head_dim]   (v_cache: same shape)
+    k_cache      [num_blocks, block_size, num_kv_heads, head_dim]   (v_cache: same shape, own strides)
     block_tables [num_seqs, max_blocks_per_seq] int32   logical block -> physical block
     seq_lens     [num_seqs] int32                        valid tokens per sequence
     out          [num_seqs, num_q_heads, head_dim] = softmax(q K^T / sqrt(d)) V, per head
@@ -40,7 +40,8 @@ def _paged_decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr,
     scale,
     stride_qs, stride_qh,                  # q / out: [seq, head, dim], dim contiguous
-    stride_kb, stride_kt, stride_kh,       # caches: [block, token, kv_head, dim], dim contiguous
+    stride_kb, stride_kt, stride_kh,       # k_cache: [block, token, kv_head, dim], dim contiguous
+    stride_vb, stride_vt, stride_vh,       # v_cache: same shape, its own strides (layouts may differ)
     stride_bt,                             # block_tables: [seq, logical block]
     QUERIES_PER_KV: tl.constexpr,          # num_q_heads // num_kv_heads
     GROUP: tl.constexpr,                   # QUERIES_PER_KV rounded up to a power of two
@@ -70,10 +71,11 @@ def _paged_decode_kernel(
     for i in range(num_logical_blocks):
         physical = tl.load(block_tables_ptr + seq * stride_bt + i).to(tl.int64)   # the indirection
         tok_mask = (i * BLOCK_SIZE + t) < seq_len                                 # tail block masking
-        kv_off = physical * stride_kb + t[:, None] * stride_kt + kv_head * stride_kh + d[None, :]
+        k_off = physical * stride_kb + t[:, None] * stride_kt + kv_head * stride_kh + d[None, :]
+        v_off = physical * stride_vb + t[:, None] * stride_vt + kv_head * stride_vh + d[None, :]
         kv_mask = tok_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_off, mask=kv_mask, other=0.0).to(tl.float32)  # [BLOCK, D]
-        v = tl.load(v_cache_ptr + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
+        k = tl.load(k_cache_ptr + k_off, mask=kv_mask, other=0.0).to(tl.float32)   # [BLOCK, D]
+        v = tl.load(v_cache_ptr + v_off, mask=kv_mask, other=0.0).to(tl.float32)
 
         s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * scale                  # [GROUP, BLOCK]
         s = tl.where(tok_mask[None, :], s, float("-inf"))
@@ -107,6 +109,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         1.0 / math.sqrt(head_dim),
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
         QUERIES_PER_KV=queries_per_kv,
         GROUP=triton.next_power_of_2(queries_per_kv),

@@ -9,7 +9,7 @@ One decode step for a batch of sequences: each sequence has ONE new query token 
 and reads its past K/V through a block table.
 
     q            [num_seqs, num_q_heads, head_dim]
-    k_cache      [num_blocks, block_size, num_kv_heads, head_dim]   (v_cache: same shape)
+    k_cache      [num_blocks, block_size, num_kv_heads, head_dim]   (v_cache: same shape, own strides)
     block_tables [num_seqs, max_blocks_per_seq] int32   logical block -> physical block
     seq_lens     [num_seqs] int32                        valid tokens per sequence
     out          [num_seqs, num_q_heads, head_dim] = softmax(q K^T / sqrt(d)) V, per head
@@ -45,7 +45,8 @@ def _paged_decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr,
     scale,
     stride_qs, stride_qh,                  # q / out: [seq, head, dim], dim contiguous
-    stride_kb, stride_kt, stride_kh,       # caches: [block, token, kv_head, dim], dim contiguous
+    stride_kb, stride_kt, stride_kh,       # k_cache: [block, token, kv_head, dim], dim contiguous
+    stride_vb, stride_vt, stride_vh,       # v_cache: same shape, its own strides (layouts may differ)
     stride_bt,                             # block_tables: [seq, logical block]
     QUERIES_PER_KV: tl.constexpr,          # num_q_heads // num_kv_heads
     GROUP: tl.constexpr,                   # QUERIES_PER_KV rounded up to a power of two
@@ -79,6 +80,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         1.0 / math.sqrt(head_dim),
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
         QUERIES_PER_KV=queries_per_kv,
         GROUP=triton.next_power_of_2(queries_per_kv),

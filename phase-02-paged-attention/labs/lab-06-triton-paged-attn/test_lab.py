@@ -3,7 +3,9 @@ from course.harness import load_lab
 lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
 
 import math
+import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -88,6 +90,78 @@ def test_kernel_fp16_cache_within_gate():
     assert err <= 1e-2, (
         f"fp16 inputs: max|diff| {err:.2e} exceeds the 1e-2 gate; accumulate m, l and acc in fp32")
 
+
+
+
+@pytest.mark.triton
+def test_kernel_scores_far_below_zero():
+    # K points away from q: every score is around -300, where exp() underflows to 0 in fp32.
+    q, kc, vc, bt, sl = lab.make_problem(1, 2, 1, 8, 4, [7], num_blocks=4, seed=9)
+    q = q.abs() + 0.5
+    kc = kc * 0.1 - 100.0
+    scores = (kc.reshape(-1, 8) @ q[0, 0]) / math.sqrt(8)
+    assert scores.max() < -200, "sanity: every score is far below zero"
+    got = lab.paged_decode_attention(q, kc, vc, bt, sl)
+    assert torch.isfinite(got).all(), (
+        "scores all far below zero gave NaN/inf: the running max must start at -inf (not 0), so the "
+        "first block sets it and exp(s - m) never underflows to an all-zero sum")
+    err = (got.double() - dense_oracle(q, kc, vc, bt, sl)).abs().max().item()
+    assert err < 1e-4, f"with scores around -300 the kernel must still match dense attention; max|diff| {err:.2e}"
+
+@pytest.mark.triton
+def test_kernel_reads_k_and_v_with_different_layouts():
+    # Every operand laid out differently: q a transposed view, K a slice of KV heads 1..2 out of a
+    # 4-head buffer, V stored [block, kv_head, token, dim] (4 heads) and permuted back, the block
+    # table a column slice of a wider table. Values are those of a plain contiguous problem. Both
+    # cache buffers hold 1024 elements, so even reading V with K's strides stays in bounds.
+    q, kc, vc, bt, sl = lab.make_problem(2, 4, 2, 8, 4, [6, 3], num_blocks=8, seed=7)
+    q_view = q.transpose(0, 1).contiguous().transpose(0, 1)                   # strides (8, 16, 1)
+    k_wide = torch.zeros(8, 4, 4, 8)
+    k_wide[:, :, 1:3] = kc
+    k_view = k_wide[:, :, 1:3]                                                # strides (128, 32, 8, 1)
+    v_wide = torch.zeros(8, 4, 4, 8)
+    v_wide[:, 0:2] = vc.permute(0, 2, 1, 3)
+    v_view = v_wide[:, 0:2].permute(0, 2, 1, 3)                               # strides (128, 8, 32, 1)
+    bt_wide = torch.full((2, 5), 7, dtype=torch.int32)
+    bt_wide[:, 1:1 + bt.shape[1]] = bt
+    bt_view = bt_wide[:, 1:1 + bt.shape[1]]
+    assert k_view.stride() != v_view.stride() != kc.stride(), "sanity: the three cache layouts differ"
+    got = lab.paged_decode_attention(q_view, k_view, v_view, bt_view, sl)
+    err = (got.double() - dense_oracle(q, kc, vc, bt, sl)).abs().max().item()
+    assert err < 1e-5, (
+        f"with q, K, V and the block table each in its own layout the kernel is off by {err:.2e}: pass and use "
+        f"V's own strides (stride_vb, stride_vt, stride_vh), never K's, and index every operand through its strides")
+
+
+@pytest.mark.triton
+def test_cache_offsets_are_64_bit(monkeypatch):
+    # A real KV cache passes 2^31 elements (16384 blocks x 16 tokens x 8 heads x 128 dims), where an
+    # int32 `physical * stride_kb` wraps. Allocating that is out of the question on CPU, so instead
+    # watch the interpreter's pointer arithmetic: the offset added to the K and V base pointers
+    # must already be int64.
+    from triton.runtime import interpreter
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1) to watch pointer arithmetic; "
+                    "on a GPU, test_full_shape_on_gpu covers the 64-bit offsets")
+    q, kc, vc, bt, sl = lab.make_problem(1, 2, 1, 4, 4, [5], num_blocks=4, seed=8)
+    bases = {kc.data_ptr(): "k_cache", vc.data_ptr(): "v_cache"}
+    seen = {}
+    real = interpreter.interpreter_builder.create_addptr
+
+    def spy(ptr, offset):
+        base = np.unique(ptr.data)
+        if base.size == 1 and int(base[0]) in bases:
+            seen.setdefault(bases[int(base[0])], set()).add(str(offset.data.dtype))
+        return real(ptr, offset)
+
+    monkeypatch.setattr(interpreter.interpreter_builder, "create_addptr", spy)
+    lab.paged_decode_attention(q, kc, vc, bt, sl)
+    assert set(seen) == {"k_cache", "v_cache"}, f"sanity: expected offsets added to both caches, saw {seen}"
+    for name, dtypes in seen.items():
+        assert dtypes == {"int64"}, (
+            f"offsets into {name} were computed as {sorted(dtypes)}: cast the physical block id to int64 "
+            f"BEFORE multiplying by the block stride, or caches past 2^31 elements read the wrong block")
 
 @pytest.mark.gpu
 @pytest.mark.triton

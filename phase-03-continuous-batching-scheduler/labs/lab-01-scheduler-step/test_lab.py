@@ -121,3 +121,27 @@ def test_simulation_reproduces_the_guide_trace():
     assert sum(sum(s.values()) for s in got) == (5 + 3 - 1) + (6 + 2 - 1) + (3 + 2 - 1), (
         "token conservation: each request schedules prompt + max_tokens - 1 tokens over its life"
     )
+
+
+def test_threshold_chunks_a_long_prompt_in_three_pieces():
+    # 40 tokens at threshold 16: 16 (admission), 16 and 8 (as a RUNNING request), then decodes.
+    steps = lab.simulate([("long", 40, 2), ("dec", 1, 4)], max_num_batched_tokens=64, max_num_seqs=4,
+                         long_prefill_token_threshold=16)
+    got = [scheduled.get("long", 0) for scheduled, _ in steps]
+    assert got[:4] == [16, 16, 8, 1], (
+        f"a 40-token prompt with long_prefill_token_threshold=16 must be chunked 16, 16, 8 and then decode 1; "
+        f"got {got}: clamp by the threshold in Phase A (running) too, not only at admission"
+    )
+    assert all(s.get("dec") == 1 for s, _ in steps[1:4]), "the decode keeps getting its 1 token beside each chunk"
+
+
+def test_max_num_seqs_counts_running_requests_with_nothing_to_do():
+    idle = lab.Req("idle", num_tokens=7, num_computed_tokens=7)     # running, nothing to compute now
+    busy = lab.Req("busy", num_tokens=9, num_computed_tokens=8)
+    running, waiting = [idle, busy], deque([lab.Req("new", 4)])
+    out, _ = _step(running, waiting, seqs=2)
+    assert out == {"busy": 1} and [r.request_id for r in waiting] == ["new"], (
+        f"two requests are already running and max_num_seqs=2: 'new' must wait even though 'idle' is not "
+        f"scheduled this step, got {out}: compare len(running), not the number scheduled, with max_num_seqs"
+    )
+    assert len(running) == 2

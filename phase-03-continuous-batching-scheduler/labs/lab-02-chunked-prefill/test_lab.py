@@ -60,3 +60,13 @@ def test_chunked_and_unchunked_outputs_are_identical():
             f"threshold {threshold} produced {got}, unchunked produced {reference}: chunking may change "
             f"timing, never the tokens (greedy + a deterministic model)"
         )
+
+
+def test_engine_chunks_by_a_small_budget_alone():
+    obs = lab.observe(PROMPT, 0, budget=100, max_tokens=2)
+    assert obs.scheduled == [100, 100, 56, 1], (
+        f"threshold 0 with max_num_batched_tokens=100: the budget alone chunks 256 tokens as 100, 100, 56, then "
+        f"1 decode for max_tokens=2; got {obs.scheduled}: pass `budget` to LLMEngine(max_num_batched_tokens=...)"
+    )
+    assert obs.sampled == [False, False, True, True], f"only the completing chunk and the decode sample, got {obs.sampled}"
+    assert obs.token_ids == lab.observe(PROMPT, 0, max_tokens=2).token_ids, "budget chunking never changes the tokens"

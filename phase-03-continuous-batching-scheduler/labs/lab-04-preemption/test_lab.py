@@ -102,3 +102,21 @@ def test_preemption_costs_exactly_the_lost_prefill():
         f"{total_c} - {total_r} should be 8"
     )
     assert roomy.num_preemptions == {"req-0": 0, "req-1": 0}, "a roomy pool never preempts"
+
+
+def test_prompt_ending_mid_block_at_block_size_8():
+    assert lab.kv_blocks_needed(6, 3, 4) == 2, (
+        "6 prompt + 3 output tokens leave 8 tokens of KV = 2 blocks of 4: the first outputs fill the prompt's "
+        "tail block, they do not start a new one")
+    assert lab.kv_blocks_needed(5, 12, 8) == 2, "5 + 12 - 1 = 16 tokens of KV at block size 8 = 2 blocks"
+    fit = lab.max_tokens_that_fit(3, 8, 5)
+    assert fit == 11, (
+        f"3 blocks of 8 minus the null block = 16 slots, and a 5-token prompt leaves 16 - 5 = 11 (its tail block's "
+        f"3 free slots included), got {fit}")
+    prompts = ["abcde", "fghij"]
+    cramped = lab.trace(prompts, 3, 8, fit)
+    roomy = lab.trace(prompts, 256, 8, fit)
+    assert [len(t) for t in cramped.token_ids] == [11, 11] and cramped.token_ids == roomy.token_ids, (
+        f"at block size 8 the cramped pool must still deliver 11 tokens each, equal to a roomy pool's: "
+        f"{cramped.token_ids} vs {roomy.token_ids}")
+    assert cramped.num_preemptions == {"req-0": 0, "req-1": 1}, f"one preemption of req-1, got {cramped.num_preemptions}"

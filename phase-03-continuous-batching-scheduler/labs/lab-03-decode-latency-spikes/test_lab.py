@@ -60,3 +60,17 @@ def test_decode_stream_is_never_starved():
             f"threshold {threshold}: A must get exactly 1 token in every step while it is alive "
             f"({result.steps_while_alive} steps), got {result.victim_tokens}: running requests are served first"
         )
+
+
+def test_a_small_budget_alone_chunks_the_intruder():
+    # No threshold, but a 64-token step budget: A's decode (1) plus 63 of B's prompt, twice, then the rest.
+    result = lab.run_collision(0, long_prompt_len=150, max_tokens=6, long_max_tokens=3, budget=64)
+    assert result.costs == [64, 64, 25, 2, 2], (
+        f"with max_num_batched_tokens=64 and a 150-token intruder, A's steps cost 64, 64, 25 (1 + 63, 1 + 63, "
+        f"1 + 24) and then 2 (both decoding); got {result.costs}: pass `budget` to the engine"
+    )
+    assert result.victim_tokens == [1] * 5 and result.intruder_ttft_steps == 3, (
+        f"A gets 1 token in each of its 5 remaining steps and B's first token comes with its 3rd chunk; "
+        f"got {result.victim_tokens}, TTFT {result.intruder_ttft_steps} steps"
+    )
+    assert len(result.victim_output) == 6, f"max_tokens=6 gives 6 tokens, got {len(result.victim_output)}"

@@ -62,3 +62,18 @@ def test_unshared_prompts_save_nothing():
     off, on = count(unique, False)[0], count(unique, True)[0]
     assert (off - on) / off < 0.25, f"prompts that differ in their first block share nothing, saved {off - on} of {off}"
     assert off == on, f"with a unique first token no block can hit: expected identical totals, got {off} vs {on}"
+
+
+def test_block_size_8_with_a_partial_shared_block():
+    # 3 prompts sharing 60 tokens (7 full blocks of 8 + 4 tokens), 5 unique tokens each, max_tokens 2.
+    prompts = ["S" * 60 + f"{i}uniq" for i in range(3)]
+    off, toks_off = lab.run_and_count(prompts, enable_caching=False, block_size=8, max_tokens=2)
+    on, toks_on = lab.run_and_count(prompts, enable_caching=True, block_size=8, max_tokens=2)
+    assert off == 3 * (65 + 1) == lab.predicted_total(3, 65, 60, 2, 8, enable_caching=False), (
+        f"caching off, max_tokens=2: each request schedules 65 + 1 tokens, 3 x 66 = 198; measured {off}: "
+        f"build the engine from the block_size and max_tokens arguments, not the module constants")
+    assert lab.predicted_savings(3, 65, 60, 8) == 2 * 7 * 8, (
+        "at block size 8 a 60-token shared prefix is 7 full blocks (56 tokens) per follower: 2 x 56 = 112")
+    assert off - on == lab.predicted_savings(3, 65, 60, 8), (
+        f"measured savings {off - on} at block size 8, predicted {lab.predicted_savings(3, 65, 60, 8)}")
+    assert toks_off == toks_on and all(len(t) == 2 for t in toks_on), "2 identical tokens per request either way"

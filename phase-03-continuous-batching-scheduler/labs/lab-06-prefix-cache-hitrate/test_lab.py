@@ -113,3 +113,30 @@ def test_unshared_prompts_hit_nothing(real_vllm):
         f"of {m.queries} queries"
     )
     assert lab.predict_prefix_hits(lab.make_prompts(shared=False), BS) == [0] * N, "and the prediction says so"
+
+
+SMALL_PREFIX = list(range(1000, 1010))  # 10 shared tokens: 2 full blocks of 4 + 2
+SMALL = [SMALL_PREFIX + [1, 2], SMALL_PREFIX + [3, 4, 5], SMALL_PREFIX]
+
+
+def test_prediction_at_block_size_4():
+    got = lab.predict_prefix_hits(SMALL, 4)
+    assert got == [0, 8, 8], (
+        f"at block size 4 the 10 shared tokens are 2 full blocks (8 tokens): the 2nd prompt hits 8 (its 3rd block "
+        f"differs), the 3rd (10 tokens, cap (10 - 1) // 4 = 2 blocks) hits 8 too; got {got}: use the block_size "
+        f"argument, not the module's BLOCK_SIZE"
+    )
+
+
+@pytest.mark.upstream
+def test_real_scheduler_at_block_size_4(real_vllm):
+    on = lab.measure(SMALL, enable_caching=True, block_size=4, max_tokens=2, num_gpu_blocks=64)
+    off = lab.measure(SMALL, enable_caching=False, block_size=4, max_tokens=2, num_gpu_blocks=64)
+    assert (on.queries, on.hits) == (12 + 13 + 10, 16), (
+        f"block size 4, max_tokens 2: vLLM must look up 35 prompt tokens and hit 16 (8 + 8); got "
+        f"{(on.queries, on.hits)}: pass block_size (and max_tokens) through to the scheduler config"
+    )
+    assert off.scheduled_tokens - on.scheduled_tokens == on.hits == sum(lab.predict_prefix_hits(SMALL, 4)), (
+        f"the saved tokens ({off.scheduled_tokens} - {on.scheduled_tokens}) equal the hits and the prediction"
+    )
+    assert off.scheduled_tokens == 35 + 3, f"caching off: 35 prompt tokens + 1 decode each = 38, got {off.scheduled_tokens}"

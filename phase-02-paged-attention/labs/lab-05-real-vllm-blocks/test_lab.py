@@ -39,6 +39,26 @@ def test_parse_startup_log_reads_gpu_lines():
         lab.parse_startup_log("INFO nothing about the KV cache here")
 
 
+
+def test_parse_startup_log_optional_line_and_refusals():
+    big = ("(EngineCore pid=7) INFO [kv_cache_utils.py:1733] GPU KV cache size: 1,048,576 tokens\n"
+           "(EngineCore pid=7) INFO [kv_cache_utils.py:1734] Maximum concurrency for 131,072 tokens per request: 8.00x\n")
+    got = lab.parse_startup_log(big)
+    assert got == {"kv_cache_tokens": 1_048_576, "max_model_len": 131_072, "max_concurrency": 8.0,
+                   "available_gib": None}, (
+        f"parsed {got}: a log without the 'Available KV cache memory' line gives available_gib None (not a crash), "
+        f"and a count with two thousands separators is still one number")
+    for only_one in GPU_LOG.splitlines()[1:]:     # just ONE of the two capacity lines
+        try:
+            lab.parse_startup_log(only_one)
+        except ValueError:
+            continue
+        except Exception as exc:
+            raise AssertionError(
+                f"a log with only {only_one.split('] ')[-1]!r} must raise ValueError (both capacity lines are "
+                f"required: refuse when EITHER is missing), got {type(exc).__name__}: {exc}") from exc
+        raise AssertionError(f"a log with only {only_one!r} must raise ValueError")
+
 def test_hit_rate_for_identical_prompts():
     assert lab.predicted_hit_rate(8, 100, 16) == pytest.approx(672 / 800), (
         "7 later requests x 96 hit tokens (6 whole blocks, cap 99) / (8 x 100) = 84%")

@@ -79,3 +79,14 @@ def test_block_size_sweep_trades_waste_for_table_size():
         f"waste per request = ceil(33/b)*b - 33 -> [0, 3, 15, 31, 223]; got {[r[1] for r in rows]}")
     assert [r[2] for r in rows] == [33, 9, 3, 1, 1], (
         f"table entries per request = ceil(33/b) -> [33, 9, 3, 1, 1]; got {[r[2] for r in rows]}")
+
+
+def test_a_refused_request_takes_nothing_from_the_pool():
+    # 6 blocks of 16: 40 tokens take 3, 200 tokens (13 blocks) are refused, then 16 and 17 tokens still fit.
+    p = lab.paged_admit([40, 200, 16, 17], total_slots=100, block_size=16)
+    assert (p.admitted, p.rejected) == (3, 1), (
+        f"the 200-token request is refused and must take nothing: the 1- and 2-block requests after it still fit "
+        f"in the 3 remaining blocks; got {p}: check `need > free_blocks` BEFORE taking any blocks")
+    assert (p.used, p.wasted) == (40 + 16 + 17, 8 + 0 + 15), f"only admitted requests count; got {p}"
+    c = lab.contiguous_admit([10, 10, 10], total_slots=100, max_len=64)
+    assert (c.admitted, c.rejected) == (1, 2), f"after one 64-slot run, 36 slots stay free and no other run fits; got {c}"

@@ -40,6 +40,23 @@ def test_ignore_eos_runs_to_length_cap():
     assert r.stop_reason == 7, f"record which stop token fired in request.stop_reason, got {r.stop_reason!r}"
 
 
+
+def test_every_stop_token_id_stops_and_is_recorded():
+    params = SamplingParams(max_tokens=10, stop_token_ids=(7, 9, 11))
+    for stop in (7, 9, 11):
+        r = lab.run_until_stop([10, 20, stop, 30], EOS, params)
+        assert list(r.output_token_ids) == [10, 20, stop] and r.stop_reason == stop, (
+            f"stop_token_ids=(7, 9, 11): token {stop} must stop the request (test `last in stop_token_ids`, not "
+            f"only the first id) and be recorded as stop_reason; got outputs {list(r.output_token_ids)}, "
+            f"stop_reason {r.stop_reason!r}"
+        )
+        assert lab.finish_reason(r) == "stop"
+    r = lab.run_until_stop([10, 20, 9], EOS, SamplingParams(max_tokens=3, stop_token_ids=(7, 9)))
+    assert (lab.finish_reason(r), r.stop_reason) == ("stop", 9), (
+        f"a stop token arriving as the max_tokens-th token reports 'stop' with stop_reason 9 (vLLM checks stop "
+        f"ids before the length cap), got {(lab.finish_reason(r), r.stop_reason)}"
+    )
+
 def test_no_eos_hits_length_cap():
     for cap in (1, 3, 5):
         r = lab.run_until_stop(range(10, 30), EOS, SamplingParams(max_tokens=cap))

@@ -161,6 +161,18 @@ def test_null_block_in_a_table_is_never_queued():
     check_invariants(pool)
 
 
+
+def test_null_block_in_a_table_is_never_cached():
+    pool = lab.BlockPool(num_gpu_blocks=6)
+    hashes = lab.block_hashes_for(list(range(12)), 4)
+    table = [pool.null_block, *pool.get_new_blocks(2)]   # block 0 of the sequence slid out of the window
+    pool.cache_full_blocks(table, hashes)
+    assert pool.null_block.block_hash is None and pool.get_cached_block(hashes[0]) is None, (
+        "the null block holds no KV: cache_full_blocks must skip it (is_null), never hash or index it, or a later "
+        "request with this prefix would 'hit' an empty placeholder")
+    assert [pool.get_cached_block(h) for h in hashes[1:]] == table[1:], "the real blocks after it are indexed"
+    check_invariants(pool)
+
 def test_identical_content_gets_distinct_blocks_I2():
     pool = lab.BlockPool(num_gpu_blocks=10)
     tokens = [7, 7, 7, 7, 8, 8, 8, 8]

@@ -11,16 +11,14 @@ invariants:
   the tail, and ``touch`` unlinks a cache hit from the middle in O(1);
 * reusing a cached free block evicts its hash (``_maybe_evict_cached_block``).
 
+* one hash may name several blocks (``BlockHashToBlockMap``): two requests that prefill the
+  same prefix in chunks at the same time both fill identical blocks, and both are indexed, so
+  block tables stay append-only and a lookup still hits after one copy is evicted. A lookup
+  returns the oldest copy still indexed.
+
 Left out: KV cache groups (the hash key carries no group id), KV events, metrics,
 ``evict_blocks``, ``hash_block_size`` ≠ ``block_size``, extra hash keys (LoRA, multimodal,
 cache salt).
-
-One deliberate difference: ``cached_block_hash_to_block`` maps a hash to ONE block. Upstream's
-``BlockHashToBlockMap`` can hold several blocks with the same hash (two requests that filled
-identical blocks before either was cached). Here the first block registered keeps the entry,
-and a later duplicate simply stays unhashed. Consequence: after the first block is evicted, a
-duplicate that upstream could still serve is a miss here. So the invariant is simple:
-``block.block_hash is not None  ⇔  cached_block_hash_to_block[block.block_hash] is block``.
 
 Hashes are real SHA-256 digests of (parent hash, token ids), chained from ``NONE_HASH``. Python's
 ``hash()`` is never used: ``hash(None)`` changes from process to process before Python 3.12,
@@ -182,6 +180,70 @@ class FreeKVCacheBlockQueue:
         return ret
 
 
+class BlockHashToBlockMap:
+    """The prefix-cache index: block hash → every block registered under it.
+
+    Mostly one block per hash, stored bare; a second block with the same hash turns the entry
+    into ``{block_id: block}`` in insertion order (the bare form saves a dict per entry, as
+    upstream's does). Invariant: ``block.block_hash is not None`` ⇔ the block is in the entry
+    of its hash.
+    """
+
+    __slots__ = ("_cache",)
+
+    def __init__(self) -> None:
+        self._cache: dict[bytes, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+
+    def get_one_block(self, key: bytes) -> KVCacheBlock | None:
+        """The first block still registered under ``key`` (the oldest copy), or None."""
+        blocks = self._cache.get(key)
+        if blocks is None or type(blocks) is KVCacheBlock:
+            return blocks  # type: ignore[return-value]
+        return next(iter(blocks.values()))  # type: ignore[union-attr]
+
+    def get_all_blocks(self, key: bytes) -> list[KVCacheBlock]:
+        """Every block registered under ``key``, oldest first (for tests and labs)."""
+        blocks = self._cache.get(key)
+        if blocks is None:
+            return []
+        return [blocks] if type(blocks) is KVCacheBlock else list(blocks.values())  # type: ignore[union-attr]
+
+    def insert(self, key: bytes, block: KVCacheBlock) -> None:
+        blocks = self._cache.get(key)
+        if blocks is None:
+            self._cache[key] = block
+        elif type(blocks) is KVCacheBlock:
+            self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+        else:
+            blocks[block.block_id] = block  # type: ignore[index]
+
+    def pop(self, key: bytes, block_id: int) -> KVCacheBlock | None:
+        """Unregister block ``block_id`` from ``key``; the block, or None if it was not there."""
+        blocks = self._cache.get(key)
+        if blocks is None:
+            return None
+        if type(blocks) is KVCacheBlock:
+            if blocks.block_id != block_id:  # type: ignore[union-attr]
+                return None
+            del self._cache[key]
+            return blocks  # type: ignore[return-value]
+        block = blocks.pop(block_id, None)  # type: ignore[union-attr]
+        if not blocks:
+            del self._cache[key]
+        return block
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._cache
+
+    def __len__(self) -> int:
+        """Number of distinct hashes (not blocks)."""
+        return len(self._cache)
+
+    def to_dict(self) -> dict[bytes, list[int]]:
+        """``{hash: [block ids, oldest first]}``: a snapshot for tests."""
+        return {k: [b.block_id for b in self.get_all_blocks(k)] for k in self._cache}
+
+
 class BlockPool:
     """All KV blocks of the engine: allocation, reference counting and the prefix-cache index."""
 
@@ -196,20 +258,21 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.blocks: list[KVCacheBlock] = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        self.cached_block_hash_to_block: dict[bytes, KVCacheBlock] = {}
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
         # Placeholder block 0; its ref_cnt is not maintained and it is never freed.
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
 
     # -- prefix cache ----------------------------------------------------------------------
     def get_cached_block(self, block_hash: bytes) -> KVCacheBlock | None:
-        return self.cached_block_hash_to_block.get(block_hash)
+        """Any block cached under ``block_hash`` (the oldest copy), or None on a miss."""
+        return self.cached_block_hash_to_block.get_one_block(block_hash)
 
     def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[bytes]) -> None:
         """Register full blocks under their hashes (the KV manager passes only newly full ones).
 
-        A hash that already names another block keeps its first block (one block per hash);
-        the newcomer stays unhashed. No-op when caching is disabled.
+        A hash that already names another block gets this one as a second copy: blocks are
+        never merged, so block tables stay append-only. No-op when caching is disabled.
         """
         if len(blocks) != len(block_hashes):
             raise ValueError(f"got {len(blocks)} blocks but {len(block_hashes)} hashes")
@@ -220,18 +283,18 @@ class BlockPool:
                 raise ValueError(f"block {blk.block_id} is already cached; full blocks are cached once")
         index = self.cached_block_hash_to_block
         for blk, block_hash in zip(blocks, block_hashes):
-            if blk.is_null or block_hash in index:
+            if blk.is_null:
                 continue
             blk.block_hash = block_hash
-            index[block_hash] = blk
+            index.insert(block_hash, blk)
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
         """Drop ``block`` from the prefix-cache index if it is there; True if it was."""
         block_hash = block.block_hash
         if block_hash is None:
             return False
-        if self.cached_block_hash_to_block.get(block_hash) is block:
-            del self.cached_block_hash_to_block[block_hash]
+        if self.cached_block_hash_to_block.pop(block_hash, block.block_id) is None:
+            return False
         block.block_hash = None
         return True
 
@@ -239,7 +302,7 @@ class BlockPool:
         """Forget every cached hash; refused (False) while any block is still in use."""
         if self.get_num_free_blocks() != self.num_gpu_blocks - 1:
             return False
-        self.cached_block_hash_to_block = {}
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
         for block in self.blocks:
             block.block_hash = None
         return True
@@ -252,12 +315,9 @@ class BlockPool:
         if num_blocks > self.free_block_queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)
-        index = self.cached_block_hash_to_block
         for block in ret:
-            if block.block_hash is not None:  # inlined _maybe_evict_cached_block (hot path)
-                if index.get(block.block_hash) is block:
-                    del index[block.block_hash]
-                block.block_hash = None
+            if block.block_hash is not None:
+                self._maybe_evict_cached_block(block)
             block.ref_cnt = 1
         return ret
 

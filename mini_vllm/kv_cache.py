@@ -111,10 +111,10 @@ class KVCacheManager:
             return [], 0
         self._ensure_hashes(request)
         max_num_blocks = (request.num_tokens - 1) // self.block_size
-        index = self.block_pool.cached_block_hash_to_block
+        get_one_block = self.block_pool.cached_block_hash_to_block.get_one_block
         computed: list[KVCacheBlock] = []
         for block_hash in request.block_hashes[:max_num_blocks]:
-            block = index.get(block_hash)
+            block = get_one_block(block_hash)
             if block is None:
                 break  # hashes are chained: nothing after a miss can hit
             computed.append(block)

@@ -76,7 +76,7 @@ def pool_state(pool: BlockPool):
     return (
         [(b.ref_cnt, b.block_hash) for b in pool.blocks],
         [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
-        dict(pool.cached_block_hash_to_block),
+        pool.cached_block_hash_to_block.to_dict(),
     )
 
 

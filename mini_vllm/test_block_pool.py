@@ -1,6 +1,7 @@
 """BlockPool invariants, pinned on tiny pools (the habit of upstream's tests/v1/core):
 
-I1 a block is in the free queue ⇔ its ref_cnt is 0;  I2 one block per hash;
+I1 a block is in the free queue ⇔ its ref_cnt is 0;  I2 a block has a hash ⇔ the index lists it
+under that hash;
 I3 block tables are append-only;  I4 the null block is never handed out.
 """
 
@@ -27,9 +28,13 @@ def check_invariants(pool: BlockPool) -> None:
         assert b.ref_cnt >= 0, f"block {b.block_id} has a negative ref_cnt"
         assert (b.ref_cnt == 0) == (b.block_id in in_queue), f"I1 broken for block {b.block_id}"
         if b.block_hash is not None:
-            assert pool.cached_block_hash_to_block[b.block_hash] is b, (
-                "I2: a hashed block must own its index entry"
+            assert b in pool.cached_block_hash_to_block.get_all_blocks(b.block_hash), (
+                "I2: a hashed block must be listed under its hash"
             )
+    for h, block_ids in pool.cached_block_hash_to_block.to_dict().items():
+        assert block_ids and all(pool.blocks[i].block_hash == h for i in block_ids), (
+            "I2: the index may only list blocks that carry that hash"
+        )
     assert 0 not in in_queue, "I4: the null block must never be free"
 
 
@@ -104,15 +109,25 @@ def test_touch_unlinks_a_free_cached_block_and_reuse_evicts():
     check_invariants(pool)
 
 
-def test_one_block_per_hash_first_wins():
-    pool = BlockPool(4)
-    a, b = pool.get_new_blocks(2)
+def test_duplicate_hash_keeps_every_copy_and_serves_the_oldest():
+    pool = BlockPool(5)
+    a, b, c = pool.get_new_blocks(3)
     pool.cache_full_blocks([a], [b"same"])
     pool.cache_full_blocks([b], [b"same"])
-    assert pool.get_cached_block(b"same") is a and b.block_hash is None, "a duplicate stays unhashed"
-    pool.free_blocks([a, b])
-    assert pool._maybe_evict_cached_block(a) and pool.get_cached_block(b"same") is None
-    assert not pool._maybe_evict_cached_block(b)
+    pool.cache_full_blocks([c], [b"same"])
+    assert b.block_hash == b"same", "a duplicate is indexed too (block tables are never merged)"
+    assert pool.cached_block_hash_to_block.to_dict() == {b"same": [1, 2, 3]} and len(pool.cached_block_hash_to_block) == 1
+    assert pool.get_cached_block(b"same") is a, "a lookup returns the oldest copy"
+    pool.free_blocks([a, c, b])  # queue: 4 1 3 2
+    check_invariants(pool)
+    assert ids(pool.get_new_blocks(2)) == [4, 1], "block 1 (copy a) is reused: its copy is evicted"
+    assert a.block_hash is None and pool.get_cached_block(b"same") is b, (
+        "after the oldest copy is evicted the next one (block 2) still serves the hash"
+    )
+    assert pool._maybe_evict_cached_block(b) and pool.get_cached_block(b"same") is c
+    assert not pool._maybe_evict_cached_block(b), "a second eviction of the same block is a no-op"
+    pool.get_new_blocks(2)  # 3 (copy c) and 2
+    assert pool.get_cached_block(b"same") is None and b"same" not in pool.cached_block_hash_to_block
     check_invariants(pool)
 
 
@@ -143,7 +158,7 @@ def test_caching_disabled_never_indexes():
     pool = BlockPool(4, enable_caching=False)
     blocks = pool.get_new_blocks(2)
     pool.cache_full_blocks(blocks, [b"a", b"b"])
-    assert pool.cached_block_hash_to_block == {} and all(b.block_hash is None for b in blocks)
+    assert len(pool.cached_block_hash_to_block) == 0 and all(b.block_hash is None for b in blocks)
 
 
 def test_reset_prefix_cache_only_when_idle():

@@ -41,7 +41,7 @@ def check_pool(kv: KVCacheManager) -> None:
         assert b.ref_cnt >= 0, f"negative ref_cnt on block {b.block_id}"
         assert (b.ref_cnt == 0) == (b.block_id in free_ids), "free ⇔ ref_cnt == 0"
         if b.block_hash is not None:
-            assert pool.cached_block_hash_to_block[b.block_hash] is b, "one block per hash"
+            assert b in pool.cached_block_hash_to_block.get_all_blocks(b.block_hash), "a hashed block is indexed"
     held: dict[int, int] = {}
     for blocks in kv.req_to_blocks.values():
         for b in blocks:

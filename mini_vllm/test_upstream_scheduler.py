@@ -144,11 +144,10 @@ def test_random_traces(real, seed):
     assert_same(real, config, trace)
 
 
-def test_duplicate_hash_is_the_documented_difference(real):
+def test_duplicate_hash_copy_serves_after_the_first_is_evicted(real):
     """Identical 32-token prompts, block 16: the follower hits 1 block (cap = 31 tokens) and
-    fills a second block identical to the leader's. Upstream indexes both copies, mini only the
-    first. After the leader's copy is evicted, upstream still hits through the follower's copy
-    and mini recomputes that block. Everything up to that point matches."""
+    fills a second block identical to the leader's. Both copies are indexed; after the leader's
+    copy is evicted, the follower's copy still serves the hash."""
     config = SchedConfig(num_gpu_blocks=6, block_size=16, max_num_batched_tokens=64, max_model_len=80)
     prompt = tokens(32)
     trace = [
@@ -157,8 +156,24 @@ def test_duplicate_hash_is_the_documented_difference(real):
         Arrival(2, "filler", tokens(33, 77), 1),  # 3 blocks: evicts the leader's copy (LRU)
         Arrival(4, "again", prompt + (5,), 1),
     ]
-    want = real.run_trace(config, trace)
-    got = run_mini_trace(config, trace)
-    assert [s.num_scheduled_tokens for s in want[:3]] == [s.num_scheduled_tokens for s in got[:3]]
-    assert want[4].num_scheduled_tokens == {"again": 1}, "upstream: both prompt blocks hit (one via the copy)"
-    assert got[4].num_scheduled_tokens == {"again": 17}, "mini: only the first block hits"
+    steps = assert_same(real, config, trace)
+    assert steps[4].num_scheduled_tokens == {"again": 1}, "both prompt blocks hit, one via the copy"
+
+
+def test_duplicate_hash_chunked_prefill_under_eviction(real):
+    """Two requests prefill a shared prefix in 4-token chunks at the same time, so both fill
+    identical blocks; preemption then evicts one copy. The re-admitted request hits 12 cached
+    tokens at step 7 through the surviving copies (a one-block-per-hash index would find 8)."""
+    config = SchedConfig(
+        num_gpu_blocks=6,
+        block_size=4,
+        max_num_seqs=4,
+        max_num_batched_tokens=8,
+        long_prefill_token_threshold=4,
+        max_model_len=20,
+    )
+    t = tokens(20)
+    trace = [Arrival(1, "B", t[:14], 4), Arrival(2, "A", t[:15], 3)]
+    steps = assert_same(real, config, trace)
+    assert any(s.preempted for s in steps), "the trace must preempt"
+    assert steps[7].prefix_cache[5] == 12, f"step 7 re-admission hits 12 tokens, got {steps[7].prefix_cache}"

@@ -5,7 +5,8 @@ never imports torch or vllm; ``mini_vllm.testing.real_vllm`` does, lazily, for t
 differential tests and the benchmark.
 """
 
-from .block_pool import NONE_HASH, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, hash_block_tokens
+from .block_pool import NONE_HASH, BlockHashToBlockMap, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, hash_block_tokens
+from .config import CacheConfig, SchedulerConfig, VllmConfig, create_engine_config
 from .cudagraph import (
     GraphEntry,
     GraphRunner,
@@ -27,8 +28,10 @@ from .tokenizer import ByteTokenizer
 
 __all__ = [
     "NONE_HASH",
+    "BlockHashToBlockMap",
     "BlockPool",
     "ByteTokenizer",
+    "CacheConfig",
     "FreeKVCacheBlockQueue",
     "GraphEntry",
     "GraphRunner",
@@ -44,8 +47,11 @@ __all__ = [
     "Sampler",
     "SamplingParams",
     "Scheduler",
+    "SchedulerConfig",
     "SchedulerOutput",
     "ToyModel",
+    "VllmConfig",
+    "create_engine_config",
     "default_capture_sizes",
     "hash_block_tokens",
     "run_eager",

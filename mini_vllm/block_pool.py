@@ -33,6 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .config import _check_bool, _check_int
+
 if TYPE_CHECKING:
     from .request import Request
 
@@ -248,12 +250,8 @@ class BlockPool:
     """All KV blocks of the engine: allocation, reference counting and the prefix-cache index."""
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
-        if isinstance(num_gpu_blocks, bool) or not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
-            raise ValueError(
-                f"num_gpu_blocks must be an int >= 1 (block 0 is the null block), got {num_gpu_blocks!r}"
-            )
-        if not isinstance(enable_caching, bool):
-            raise TypeError(f"enable_caching must be a bool, got {enable_caching!r}")
+        _check_int("num_gpu_blocks", num_gpu_blocks, 1)  # upstream asserts the same
+        _check_bool("enable_caching", enable_caching)
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.blocks: list[KVCacheBlock] = [KVCacheBlock(i) for i in range(num_gpu_blocks)]

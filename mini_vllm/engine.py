@@ -20,10 +20,11 @@ cache), so a 100-token prefill chunk costs one row, not 100.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from .kv_cache import KVCacheManager
+from .config import VllmConfig, create_engine_config
 from .model import ToyModel
 from .outputs import RequestOutput
 from .request import Request, RequestStatus
@@ -35,61 +36,32 @@ from .tokenizer import ByteTokenizer
 Prompt = str | Sequence[int]
 
 
-def _check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-
-
 class LLMEngine:
     """A whole (tiny) inference engine: ``add_request`` + ``step``, or just ``generate``."""
 
-    def __init__(
-        self,
-        *,
-        num_gpu_blocks: int = 257,
-        block_size: int = 16,
-        max_num_seqs: int = 128,
-        max_num_batched_tokens: int = 2048,
-        long_prefill_token_threshold: int = 0,
-        enable_prefix_caching: bool = True,
-        max_model_len: int | None = None,
-        seed: int = 0,
-    ) -> None:
-        """Build tokenizer, model, sampler, KV cache and scheduler.
+    def __init__(self, vllm_config: VllmConfig | None = None, *, seed: int = 0, **engine_args: Any) -> None:
+        """Build tokenizer, model, sampler and scheduler (which owns the KV cache).
 
-        ``num_gpu_blocks`` counts the null block, so ``num_gpu_blocks - 1`` blocks hold KV.
-        ``max_model_len`` (prompt + output tokens) defaults to what those blocks hold,
-        ``(num_gpu_blocks - 1) * block_size``, and may not exceed it: one request of maximal
-        length must always fit alone, otherwise preemption could loop forever.
+        Pass a ``VllmConfig``, or the flat engine arguments it is made from (``num_gpu_blocks``,
+        ``block_size``, ``enable_prefix_caching``, ``max_num_seqs``, ``max_num_batched_tokens``,
+        ``max_model_len``, ``long_prefill_token_threshold``, ``enable_chunked_prefill``; see
+        ``config.py``). ``max_model_len`` (prompt + output tokens) defaults to what the pool
+        holds, ``(num_gpu_blocks - 1) * block_size``, and may not exceed it. ``seed`` seeds
+        sampling only.
         """
-        _check_int("num_gpu_blocks", num_gpu_blocks, 2)
-        _check_int("block_size", block_size, 1)
-        _check_int("max_num_seqs", max_num_seqs, 1)
-        _check_int("max_num_batched_tokens", max_num_batched_tokens, 1)
-        _check_int("long_prefill_token_threshold", long_prefill_token_threshold, 0)
-        _check_int("seed", seed, 0)
-        if not isinstance(enable_prefix_caching, bool):
-            raise TypeError(f"enable_prefix_caching must be a bool, got {enable_prefix_caching!r}")
-        capacity = (num_gpu_blocks - 1) * block_size
-        if max_model_len is None:
-            max_model_len = capacity
-        _check_int("max_model_len", max_model_len, 2)
-        if max_model_len > capacity:
-            raise ValueError(
-                f"max_model_len={max_model_len} does not fit the KV pool: {num_gpu_blocks - 1} usable blocks "
-                f"x {block_size} tokens = {capacity}. Lower max_model_len or raise num_gpu_blocks."
-            )
+        if vllm_config is None:
+            vllm_config = create_engine_config(**engine_args)
+        elif engine_args:
+            raise TypeError("pass either a VllmConfig or engine arguments, not both")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        self.vllm_config = vllm_config
         self.tokenizer = ByteTokenizer()
         self.model = ToyModel(vocab_size=self.tokenizer.vocab_size)  # fixed "weights": seed is for sampling
         self.sampler = Sampler()
         self.seed = seed
-        self.max_model_len = max_model_len
-        kv = KVCacheManager(num_gpu_blocks, block_size, enable_prefix_caching, max_model_len)
-        self.scheduler = Scheduler(
-            kv, max_num_seqs, max_num_batched_tokens, long_prefill_token_threshold, max_model_len
-        )
+        self.max_model_len = vllm_config.max_model_len
+        self.scheduler = Scheduler(vllm_config)
         self._next_index = 0  # per-engine request counter: ids req-0, req-1, ...
         self._prompts: dict[str, str | None] = {}  # request id -> prompt text (None for token ids)
         self._generators: dict[str, np.random.Generator] = {}  # one RNG per request
@@ -203,7 +175,7 @@ class LLMEngine:
             prompt_token_ids=list(request.prompt_token_ids),
             token_ids=token_ids,
             text=self.tokenizer.decode(token_ids),
-            finish_reason=request.finish_reason,
+            finish_reason=request.get_finished_reason(),
             finished=request.is_finished,
         )
 

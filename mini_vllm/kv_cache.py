@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .block_pool import BlockPool, KVCacheBlock, RequestBlockHasher
+from .config import CacheConfig
 from .request import Request
 
 
@@ -60,24 +61,16 @@ def cdiv(a: int, b: int) -> int:
 class KVCacheManager:
     """Block tables (``req_to_blocks``) for every request holding KV, over one ``BlockPool``."""
 
-    def __init__(
-        self,
-        num_gpu_blocks: int,
-        block_size: int,
-        enable_caching: bool = True,
-        max_model_len: int | None = None,
-    ) -> None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
-        if max_model_len is not None and (
-            isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1
-        ):
-            raise ValueError(f"max_model_len must be an int >= 1 or None, got {max_model_len!r}")
-        self.block_pool = BlockPool(num_gpu_blocks, enable_caching)
-        self.block_size = block_size
-        self.enable_caching = enable_caching
-        self.max_model_len = max_model_len if max_model_len is not None else 1 << 62
-        self.block_hasher = RequestBlockHasher(block_size)
+    def __init__(self, cache_config: CacheConfig, max_model_len: int | None = None) -> None:
+        """``max_model_len`` caps the slots one request can take (default: the whole pool)."""
+        if not isinstance(cache_config, CacheConfig):
+            raise TypeError(f"cache_config must be a CacheConfig, got {type(cache_config).__name__}")
+        self.cache_config = cache_config
+        self.block_size = cache_config.block_size
+        self.enable_caching = cache_config.enable_prefix_caching
+        self.max_model_len = cache_config.num_usable_tokens if max_model_len is None else max_model_len
+        self.block_pool = BlockPool(cache_config.num_gpu_blocks, self.enable_caching)
+        self.block_hasher = RequestBlockHasher(self.block_size)
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         # How many leading blocks of each request are already in the prefix-cache index.
         self.num_cached_block: dict[str, int] = {}

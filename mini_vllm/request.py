@@ -171,13 +171,9 @@ class Request:
     def is_finished(self) -> bool:
         return self.status > RequestStatus.PREEMPTED
 
-    @property
-    def finish_reason(self) -> str | None:
+    def get_finished_reason(self) -> str | None:
         """``"stop"``, ``"length"``, ``"abort"`` once finished, else ``None``."""
         return _FINISHED_REASON.get(self.status)
-
-    def get_finished_reason(self) -> str | None:  # upstream spelling
-        return self.finish_reason
 
     # -- tokens -----------------------------------------------------------------------------
     def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:

@@ -29,7 +29,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .kv_cache import KVCacheManager, cdiv
+from .config import VllmConfig
+from .kv_cache import KVCacheManager
 from .request import Request, RequestStatus, is_token_id
 
 
@@ -52,56 +53,45 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    """FCFS scheduler over one ``KVCacheManager``: ``schedule()`` then ``update_from_output()``."""
+    """FCFS scheduler over its own ``KVCacheManager``: ``schedule()`` then ``update_from_output()``."""
 
-    def __init__(
-        self,
-        kv_cache_manager: KVCacheManager,
-        max_num_seqs: int = 128,
-        max_num_batched_tokens: int = 2048,
-        long_prefill_token_threshold: int = 0,
-        max_model_len: int | None = None,
-    ) -> None:
-        if not isinstance(kv_cache_manager, KVCacheManager):
-            raise TypeError(
-                f"kv_cache_manager must be a KVCacheManager, got {type(kv_cache_manager).__name__}"
-            )
-        for name, value, low in (
-            ("max_num_seqs", max_num_seqs, 1),
-            ("max_num_batched_tokens", max_num_batched_tokens, 1),
-            ("long_prefill_token_threshold", long_prefill_token_threshold, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if max_model_len is None:
-            max_model_len = kv_cache_manager.max_model_len
-        if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2:
-            raise ValueError(f"max_model_len must be an int >= 2, got {max_model_len!r}")
-        self.kv_cache_manager = kv_cache_manager
-        self.max_num_running_reqs = max_num_seqs
-        self.max_num_scheduled_tokens = max_num_batched_tokens
-        self.long_prefill_token_threshold = long_prefill_token_threshold
-        self.max_model_len = max_model_len
-        self.block_size = kv_cache_manager.block_size
+    def __init__(self, vllm_config: VllmConfig) -> None:
+        if not isinstance(vllm_config, VllmConfig):
+            raise TypeError(f"vllm_config must be a VllmConfig, got {type(vllm_config).__name__}")
+        self.vllm_config = vllm_config
+        self.scheduler_config = vllm_config.scheduler_config
+        self.cache_config = vllm_config.cache_config
+        self.max_num_running_reqs = self.scheduler_config.max_num_seqs
+        self.max_num_scheduled_tokens = self.scheduler_config.max_num_batched_tokens
+        self.max_model_len = vllm_config.max_model_len
+        self.block_size = self.cache_config.block_size
+        self.kv_cache_manager = KVCacheManager(self.cache_config, self.max_model_len)
 
         self.requests: dict[str, Request] = {}  # every unfinished request, by id
-        self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []
+        self._waiting: deque[Request] = deque()
+        self._running: list[Request] = []
+        # Finished requests still sitting in a queue; dropped in one pass on the next read, so
+        # an abort costs O(1) and a step pays at most one O(len(queue)) sweep.
+        self._num_finished_in_running = 0
+        self._num_finished_in_waiting = 0
         self.finished_req_ids: set[str] = set()  # finished since the last schedule()
         self._pending_output: SchedulerOutput | None = None  # awaiting update_from_output
 
-    # Short names used in the course text.
     @property
-    def kv(self) -> KVCacheManager:
-        return self.kv_cache_manager
+    def running(self) -> list[Request]:
+        """RUNNING requests in admission order (finished ones already swept out)."""
+        if self._num_finished_in_running:
+            self._running = [r for r in self._running if r.status == RequestStatus.RUNNING]
+            self._num_finished_in_running = 0
+        return self._running
 
     @property
-    def max_num_seqs(self) -> int:
-        return self.max_num_running_reqs
-
-    @property
-    def max_num_batched_tokens(self) -> int:
-        return self.max_num_scheduled_tokens
+    def waiting(self) -> deque[Request]:
+        """WAITING and PREEMPTED requests, next to admit first (finished ones swept out)."""
+        if self._num_finished_in_waiting:
+            self._waiting = deque(r for r in self._waiting if r.status <= RequestStatus.PREEMPTED)
+            self._num_finished_in_waiting = 0
+        return self._waiting
 
     # -- intake ----------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -121,15 +111,9 @@ class Scheduler:
                 f"prompt of {request.num_tokens} tokens leaves no room to generate within "
                 f"max_model_len={self.max_model_len}"
             )
-        usable = self.kv_cache_manager.block_pool.num_gpu_blocks - 1
-        if cdiv(request.num_tokens, self.block_size) > usable:
-            raise ValueError(
-                f"prompt of {request.num_tokens} tokens needs {cdiv(request.num_tokens, self.block_size)} "
-                f"blocks but the pool only has {usable}: it could never be admitted"
-            )
         if self.kv_cache_manager.enable_caching:
             self.kv_cache_manager._ensure_hashes(request)
-        self.waiting.append(request)
+        self._waiting.append(request)
         self.requests[request.request_id] = request
 
     def finish_requests(
@@ -137,7 +121,11 @@ class Scheduler:
         request_ids: str | Iterable[str],
         finished_status: RequestStatus = RequestStatus.FINISHED_ABORTED,
     ) -> list[Request]:
-        """Finish requests from outside (an abort): leave the queues, free KV. Returns them."""
+        """Finish requests from outside (an abort): free their KV now, in the order given.
+
+        O(1) per request: each is marked finished and its blocks freed; the queues drop it on
+        their next read. Unknown or already finished ids raise before anything changes.
+        """
         if not RequestStatus.is_finished(finished_status):
             raise ValueError(f"finished_status must be a FINISHED_* status, got {finished_status!r}")
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
@@ -145,10 +133,11 @@ class Scheduler:
         if unknown:
             raise ValueError(f"unknown or already finished request id(s): {unknown}")
         finished = [self.requests[rid] for rid in dict.fromkeys(ids)]
-        gone = {id(r) for r in finished}
-        self.running = [r for r in self.running if id(r) not in gone]
-        self.waiting = deque(r for r in self.waiting if id(r) not in gone)
         for request in finished:
+            if request.status == RequestStatus.RUNNING:
+                self._num_finished_in_running += 1
+            else:
+                self._num_finished_in_waiting += 1
             request.status = finished_status
             self._free_request(request)
         return finished
@@ -159,10 +148,10 @@ class Scheduler:
         del self.requests[request.request_id]
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.requests)
 
     def get_num_unfinished_requests(self) -> int:
-        return len(self.running) + len(self.waiting)
+        return len(self.requests)
 
     def get_request_counts(self) -> tuple[int, int]:
         """``(num_running, num_waiting)``."""
@@ -175,6 +164,8 @@ class Scheduler:
                 "schedule() called twice: pass the previous output to update_from_output() first"
             )
         kv = self.kv_cache_manager
+        running = self.running  # sweeps out requests finished since the last step
+        waiting = self.waiting
         token_budget = self.max_num_scheduled_tokens
         num_scheduled_tokens: dict[str, int] = {}
         new_block_ids: dict[str, list[int]] = {}
@@ -186,8 +177,8 @@ class Scheduler:
 
         # First, the RUNNING requests, oldest first.
         req_index = 0
-        while req_index < len(self.running) and token_budget > 0:
-            request = self.running[req_index]
+        while req_index < len(running) and token_budget > 0:
+            request = running[req_index]
             behind = request.num_tokens - request.num_computed_tokens
             num_new_tokens = self._clamp_new_tokens(behind, token_budget)
             # and never a position past max_model_len - 1
@@ -199,7 +190,7 @@ class Scheduler:
                 new_blocks = kv.allocate_slots(request, num_new_tokens)
                 if new_blocks is not None:
                     break
-                victim = self.running.pop()  # FCFS: the most recently admitted
+                victim = running.pop()  # FCFS: the most recently admitted
                 self._preempt_request(victim)
                 preempted.append(victim)
                 if victim is request:
@@ -215,20 +206,26 @@ class Scheduler:
 
         # Then the WAITING requests, but never in a step that had to preempt.
         if not preempted:
-            while self.waiting and token_budget > 0:
-                if len(self.running) == self.max_num_running_reqs:
+            chunked = self.scheduler_config.enable_chunked_prefill
+            while waiting and token_budget > 0:
+                if len(running) == self.max_num_running_reqs:
                     break
-                request = self.waiting[0]  # new or preempted: num_computed_tokens is 0 either way
+                request = waiting[0]  # new or preempted: num_computed_tokens is 0 either way
                 computed_blocks, num_computed = kv.get_computed_blocks(request)  # prefix-cache head start
                 # >= 1 because prefix hits stop at num_tokens - 1
-                num_new_tokens = self._clamp_new_tokens(request.num_tokens - num_computed, token_budget)
+                num_new_tokens = request.num_tokens - num_computed
+                if 0 < self.scheduler_config.long_prefill_token_threshold < num_new_tokens:
+                    num_new_tokens = self.scheduler_config.long_prefill_token_threshold
+                if not chunked and num_new_tokens > token_budget:
+                    break  # without chunked prefill a prompt runs whole or waits
+                num_new_tokens = min(num_new_tokens, token_budget)
                 new_blocks = kv.allocate_slots(
                     request, num_new_tokens, num_computed, computed_blocks, full_sequence_must_fit=True
                 )
                 if new_blocks is None:
                     break  # head-of-line: nobody behind it jumps the queue
-                self.waiting.popleft()
-                self.running.append(request)
+                waiting.popleft()
+                running.append(request)
                 (new_reqs if request.status == RequestStatus.WAITING else resumed_reqs).append(request)
                 scheduled.append(request)
                 num_scheduled_tokens[request.request_id] = num_new_tokens
@@ -237,7 +234,7 @@ class Scheduler:
                 request.status = RequestStatus.RUNNING
                 request.num_computed_tokens = num_computed
 
-        assert token_budget >= 0 and len(self.running) <= self.max_num_running_reqs
+        assert token_budget >= 0 and len(running) <= self.max_num_running_reqs
         output = SchedulerOutput(
             num_scheduled_tokens=num_scheduled_tokens,
             scheduled_new_reqs=new_reqs,
@@ -254,8 +251,9 @@ class Scheduler:
 
     def _clamp_new_tokens(self, num_new_tokens: int, token_budget: int) -> int:
         """Chunked prefill in one line: cap by ``long_prefill_token_threshold`` (0 = off), then the budget."""
-        if 0 < self.long_prefill_token_threshold < num_new_tokens:
-            num_new_tokens = self.long_prefill_token_threshold
+        threshold = self.scheduler_config.long_prefill_token_threshold
+        if 0 < threshold < num_new_tokens:
+            num_new_tokens = threshold
         return min(num_new_tokens, token_budget)
 
     def _preempt_request(self, request: Request) -> None:
@@ -265,7 +263,7 @@ class Scheduler:
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.num_preemptions += 1
-        self.waiting.appendleft(request)
+        self._waiting.appendleft(request)
 
     @staticmethod
     def needs_sample(request: Request, num_scheduled_tokens: int) -> bool:
@@ -316,9 +314,7 @@ class Scheduler:
                 request.append_output_token_ids(token)
                 if request.maybe_finish(self.max_model_len):
                     finished.append(request)
-        if finished:
-            done = {id(r) for r in finished}
-            self.running = [r for r in self.running if id(r) not in done]
-            for request in finished:
-                self._free_request(request)
+        self._num_finished_in_running += len(finished)  # swept out on the next read
+        for request in finished:
+            self._free_request(request)
         return finished

@@ -6,6 +6,7 @@ import pytest
 from mini_vllm import (
     BlockPool,
     ByteTokenizer,
+    CacheConfig,
     KVCacheManager,
     LLMEngine,
     Request,
@@ -13,7 +14,9 @@ from mini_vllm import (
     Sampler,
     SamplingParams,
     Scheduler,
+    SchedulerConfig,
     ToyModel,
+    VllmConfig,
 )
 
 BAD = (ValueError, TypeError)
@@ -103,9 +106,9 @@ def test_block_pool_rejects_and_stays_put():
 
 
 def test_kv_cache_manager_rejects_and_stays_put():
-    with pytest.raises(BAD):
-        KVCacheManager(8, 0)
-    kv = KVCacheManager(8, 4)
+    with pytest.raises(TypeError, match="CacheConfig"):
+        KVCacheManager(8, 4)  # type: ignore[arg-type]
+    kv = KVCacheManager(CacheConfig(block_size=4, num_gpu_blocks=8))
     r = Request("a", list(range(6)))
     before = pool_state(kv.block_pool)
     for call in (
@@ -125,22 +128,15 @@ def sched_state(s: Scheduler):
         sorted(s.requests),
         [r.request_id for r in s.waiting],
         [r.request_id for r in s.running],
-        pool_state(s.kv.block_pool),
+        pool_state(s.kv_cache_manager.block_pool),
         [(r.num_computed_tokens, r.num_tokens, r.status) for r in s.requests.values()],
     )
 
 
 def test_scheduler_rejects_and_stays_put():
-    for kwargs in (
-        {"max_num_seqs": 0},
-        {"max_num_batched_tokens": 0},
-        {"long_prefill_token_threshold": -1},
-    ):
-        with pytest.raises(BAD):
-            Scheduler(KVCacheManager(8, 4), **kwargs)
     with pytest.raises(TypeError):
-        Scheduler("kv")  # type: ignore[arg-type]
-    s = Scheduler(KVCacheManager(8, 4), max_model_len=28)
+        Scheduler("config")  # type: ignore[arg-type]
+    s = Scheduler(VllmConfig(CacheConfig(block_size=4, num_gpu_blocks=8), SchedulerConfig(max_model_len=28)))
     s.add_request(Request("a", [1, 2, 3], SamplingParams(max_tokens=2)))
     out = s.schedule()
     before = sched_state(s)

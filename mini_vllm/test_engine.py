@@ -148,7 +148,7 @@ def test_abort_request():
     eng.step()
     (out,) = eng.abort_request(rid)
     assert out.finish_reason == "abort" and not eng.has_unfinished_requests()
-    assert eng.scheduler.kv.block_pool.get_usage() == 0.0
+    assert eng.scheduler.kv_cache_manager.block_pool.get_usage() == 0.0
 
 
 def test_prefix_cache_savings_accounting():

@@ -1,6 +1,11 @@
 import pytest
 
-from mini_vllm import KVCacheManager, Request, SamplingParams
+from mini_vllm import CacheConfig, KVCacheManager, Request, SamplingParams
+
+
+def kvm(num_gpu_blocks, block_size, enable_caching=True):
+    # max_model_len far above the pool: these tests reason about raw block capacity
+    return KVCacheManager(CacheConfig(block_size, num_gpu_blocks, enable_caching), max_model_len=10_000)
 
 
 def req(rid, tokens, max_tokens=4):
@@ -18,7 +23,7 @@ def admit(kv, r, n=None):
 
 
 def test_allocate_rounds_up_to_blocks_and_tables_are_append_only():
-    kv = KVCacheManager(10, 4)
+    kv = kvm(10, 4)
     r = req("a", list(range(10)))
     new, _ = admit(kv, r)
     assert [b.block_id for b in new] == [1, 2, 3] and kv.get_block_ids("a") == [1, 2, 3]
@@ -32,7 +37,7 @@ def test_allocate_rounds_up_to_blocks_and_tables_are_append_only():
 
 
 def test_prefix_hit_capped_so_one_token_is_computed():
-    kv = KVCacheManager(10, 4)
+    kv = kvm(10, 4)
     a = req("a", list(range(8)))
     admit(kv, a)
     b = req("b", list(range(8)))
@@ -45,7 +50,7 @@ def test_prefix_hit_capped_so_one_token_is_computed():
 
 
 def test_full_blocks_cached_at_allocation_so_same_step_requests_hit():
-    kv = KVCacheManager(20, 4)
+    kv = kvm(20, 4)
     shared = list(range(12))
     admit(kv, req("a", shared + [100]))
     _new, num_hit = admit(kv, req("b", shared + [200]))
@@ -55,7 +60,7 @@ def test_full_blocks_cached_at_allocation_so_same_step_requests_hit():
 
 
 def test_allocate_returns_none_and_changes_nothing_when_full():
-    kv = KVCacheManager(4, 4)  # 3 usable blocks
+    kv = kvm(4, 4)  # 3 usable blocks
     a = req("a", list(range(8)))
     admit(kv, a)
     kv.free(a)
@@ -79,7 +84,7 @@ def test_allocate_returns_none_and_changes_nothing_when_full():
 
 
 def test_hit_blocks_in_the_free_queue_count_against_capacity():
-    kv = KVCacheManager(4, 4)
+    kv = kvm(4, 4)
     a = req("a", list(range(8)))
     admit(kv, a)
     kv.free(a)
@@ -90,7 +95,7 @@ def test_hit_blocks_in_the_free_queue_count_against_capacity():
 
 
 def test_free_is_tail_first():
-    kv = KVCacheManager(6, 4)
+    kv = kvm(6, 4)
     r = req("a", list(range(12)))
     admit(kv, r)
     kv.free(r)
@@ -100,20 +105,20 @@ def test_free_is_tail_first():
 
 
 def test_full_sequence_must_fit_at_admission():
-    kv = KVCacheManager(4, 4)  # 3 usable blocks = 12 slots
+    kv = kvm(4, 4)  # 3 usable blocks = 12 slots
     r = req("a", list(range(13)))
     assert kv.allocate_slots(r, 4, full_sequence_must_fit=True) is None, "13 tokens need 4 blocks"
     assert kv.allocate_slots(r, 4) is not None, "without the gate the first chunk alone fits"
 
 
 def test_caching_disabled():
-    kv = KVCacheManager(10, 4, enable_caching=False)
+    kv = kvm(10, 4, False)
     admit(kv, req("a", list(range(8))))
     assert kv.get_computed_blocks(req("b", list(range(9)))) == ([], 0)
 
 
 def test_prefix_cache_stats_record_every_lookup():
-    kv = KVCacheManager(10, 4)
+    kv = kvm(10, 4)
     admit(kv, req("a", list(range(8))))
     admit(kv, req("b", list(range(9))))
     s = kv.make_prefix_cache_stats()
@@ -124,7 +129,7 @@ def test_prefix_cache_stats_record_every_lookup():
 def test_request_hashed_at_another_block_size_is_refused():
     from mini_vllm.block_pool import get_request_block_hasher
 
-    kv = KVCacheManager(10, 4)
+    kv = kvm(10, 4)
     r = Request("a", list(range(8)), block_hasher=get_request_block_hasher(8))
     with pytest.raises(ValueError, match="block"):
         kv.get_computed_blocks(r)

@@ -3,7 +3,16 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mini_vllm import KVCacheManager, LLMEngine, Request, SamplingParams, Scheduler
+from mini_vllm import (
+    CacheConfig,
+    KVCacheManager,
+    LLMEngine,
+    Request,
+    SamplingParams,
+    Scheduler,
+    SchedulerConfig,
+    VllmConfig,
+)
 from mini_vllm.testing.traces import fake_token
 
 SETTINGS = settings(
@@ -54,8 +63,12 @@ def check_pool(kv: KVCacheManager) -> None:
 @given(traces())
 def test_random_traces_keep_every_invariant(trace):
     num_blocks, block_size, caching, max_model_len, config, arrivals, aborts = trace
-    kv = KVCacheManager(num_blocks, block_size, caching, max_model_len)
-    sched = Scheduler(kv, max_model_len=max_model_len, **config)
+    sched = Scheduler(
+        VllmConfig(
+            CacheConfig(block_size, num_blocks, caching), SchedulerConfig(max_model_len=max_model_len, **config)
+        )
+    )
+    kv = sched.kv_cache_manager
     pending = sorted(arrivals)
     tables: dict[str, list[int]] = {}
     step = 0
@@ -74,8 +87,8 @@ def test_random_traces_keep_every_invariant(trace):
         )
         for rid in out.preempted_req_ids:
             tables.pop(rid, None)  # recompute: the table starts over
-        for rid in sched.kv.req_to_blocks:
-            ids = sched.kv.get_block_ids(rid)
+        for rid in sched.kv_cache_manager.req_to_blocks:
+            ids = sched.kv_cache_manager.get_block_ids(rid)
             assert ids[: len(tables.get(rid, []))] == tables.get(rid, []), "block tables are append-only"
             tables[rid] = ids
         check_pool(kv)

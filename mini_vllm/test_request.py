@@ -39,7 +39,7 @@ def test_eos_checked_before_length_and_counts_as_output():
     r.append_output_token_ids(10)
     assert not r.maybe_finish()
     r.append_output_token_ids(256)
-    assert r.maybe_finish() and r.finish_reason == "stop", "EOS landing on the cap must report stop"
+    assert r.maybe_finish() and r.get_finished_reason() == "stop", "EOS landing on the cap must report stop"
     assert r.output_token_ids == [10, 256] and r.is_finished
 
 
@@ -49,22 +49,22 @@ def test_ignore_eos_runs_to_length_and_stop_tokens_still_stop():
     assert not r.maybe_finish()
     r.append_output_token_ids([256, 256])
     assert (
-        r.maybe_finish() and r.status == RequestStatus.FINISHED_LENGTH_CAPPED and r.finish_reason == "length"
+        r.maybe_finish() and r.status == RequestStatus.FINISHED_LENGTH_CAPPED and r.get_finished_reason() == "length"
     )
     s = Request("s", [1], SamplingParams(max_tokens=9, ignore_eos=True, stop_token_ids=[42]))
     s.append_output_token_ids(42)
-    assert s.maybe_finish() and s.finish_reason == "stop" and s.stop_reason == 42
+    assert s.maybe_finish() and s.get_finished_reason() == "stop" and s.stop_reason == 42
 
 
 def test_max_model_len_caps_prompt_plus_output():
     r = Request("r", [1, 2, 3], SamplingParams(max_tokens=100))
     r.append_output_token_ids(5)
-    assert r.maybe_finish(max_model_len=4) and r.finish_reason == "length"
+    assert r.maybe_finish(max_model_len=4) and r.get_finished_reason() == "length"
 
 
 def test_unfinished_request_has_no_reason():
     r = Request("r", [1])
-    assert r.finish_reason is None and not r.is_finished
+    assert r.get_finished_reason() is None and not r.is_finished
 
 
 def test_block_hashes_grow_incrementally_and_chain():

@@ -1,11 +1,10 @@
 import pytest
 
-from mini_vllm import KVCacheManager, Request, RequestStatus, SamplingParams, Scheduler
+from mini_vllm import CacheConfig, Request, RequestStatus, SamplingParams, Scheduler, SchedulerConfig, VllmConfig
 
 
 def make(num_blocks=64, block_size=16, caching=True, **kw):
-    kv = KVCacheManager(num_blocks, block_size, caching)
-    return Scheduler(kv, **kw)
+    return Scheduler(VllmConfig(CacheConfig(block_size, num_blocks, caching), SchedulerConfig(**kw)))
 
 
 def add(sched, rid, n, max_tokens=4, first=0):
@@ -97,19 +96,21 @@ def test_preempts_the_last_running_request_and_requeues_it_first():
     assert b.status == RequestStatus.PREEMPTED and b.num_computed_tokens == 0 and b.num_preemptions == 1
     assert b.output_token_ids == [7], "outputs survive a preemption: only the KV is dropped"
     assert list(sched.waiting) == [b] and sched.running == [a]
-    assert sched.kv.get_block_ids("b") == []
+    assert sched.kv_cache_manager.get_block_ids("b") == []
     while sched.has_unfinished_requests():
         step(sched)
     assert a.num_output_tokens == 8 and b.num_output_tokens == 8
 
 
-def test_a_request_can_preempt_itself_when_nothing_else_is_left():
-    sched = make(num_blocks=3, block_size=4)  # 2 usable blocks = 8 slots
-    a = add(sched, "a", 8, max_tokens=4)
-    step(sched)
-    a.num_computed_tokens = 8  # (already true) a now needs a 3rd block that can never exist
+def test_a_request_can_preempt_itself():
+    sched = make(num_blocks=5, block_size=4)  # 4 usable blocks
+    add(sched, "a", 6, max_tokens=4)
+    add(sched, "b", 8, max_tokens=4, first=100)
+    step(sched)  # a holds 2 blocks (room for 8), b holds 2 (full)
     out, _ = step(sched)
-    assert out.preempted_req_ids == {"a"} and out.num_scheduled_tokens == {}
+    assert out.preempted_req_ids == {"b"} and out.num_scheduled_tokens == {"a": 1}, (
+        "b needs a 3rd block, none is free and b is the last running request: it preempts itself"
+    )
 
 
 def test_no_admission_in_a_step_that_preempted():
@@ -147,7 +148,7 @@ def test_preempted_request_recovers_what_is_still_cached():
     b = add(sched, "b", 8, max_tokens=8, first=100)
     step(sched)
     step(sched)  # b preempted; its blocks were freed tail first, and a took the tail one
-    sched.kv.make_prefix_cache_stats()
+    sched.kv_cache_manager.make_prefix_cache_stats()
     out, _ = step(sched)
     while not out.scheduled_resumed_reqs:
         out, _ = step(sched)
@@ -155,7 +156,7 @@ def test_preempted_request_recovers_what_is_still_cached():
     assert out.num_scheduled_tokens["b"] == 5, (
         "b has 9 tokens; its first block (4 tokens) survived in the cache"
     )
-    stats = sched.kv.make_prefix_cache_stats()
+    stats = sched.kv_cache_manager.make_prefix_cache_stats()
     assert stats.preempted_hits >= 4 and stats.preempted_requests >= 1
 
 
@@ -164,7 +165,7 @@ def test_finished_requests_free_blocks_and_are_reported_next_step():
     add(sched, "a", 5, max_tokens=2)
     step(sched)
     out, finished = step(sched)
-    assert finished == ["a"] and sched.kv.block_pool.get_num_free_blocks() == 63
+    assert finished == ["a"] and sched.kv_cache_manager.block_pool.get_num_free_blocks() == 63
     out, _ = step(sched)
     assert out.finished_req_ids == {"a"}
 
@@ -175,8 +176,8 @@ def test_abort_running_and_waiting():
     add(sched, "b", 5)
     step(sched)
     done = sched.finish_requests(["a", "b"])
-    assert [r.finish_reason for r in done] == ["abort", "abort"]
-    assert not sched.has_unfinished_requests() and sched.kv.block_pool.get_num_free_blocks() == 63
+    assert [r.get_finished_reason() for r in done] == ["abort", "abort"]
+    assert not sched.has_unfinished_requests() and sched.kv_cache_manager.block_pool.get_num_free_blocks() == 63
 
 
 def test_update_from_output_once_per_schedule():

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,10 @@ with warnings.catch_warnings():  # import-time noise: requests' chardet warning,
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request as VllmRequest
+    from vllm.v1.request import RequestStatus
     from vllm.v1.structured_output import StructuredOutputManager
 
-from .traces import Arrival, SchedConfig, StepRecord, fake_token
+from .traces import FAKE_EOS, Event, SchedConfig, StepRecord, fake_token, split_trace
 
 for _name in ("vllm", "transformers"):
     logging.getLogger(_name).setLevel(logging.ERROR)
@@ -146,7 +148,7 @@ def make_vllm_config(config: SchedConfig) -> VllmConfig:
         max_num_batched_tokens=config.max_num_batched_tokens,
         max_model_len=config.max_model_len,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
-        enable_chunked_prefill=True,
+        enable_chunked_prefill=config.enable_chunked_prefill,
         is_encoder_decoder=False,
         async_scheduling=False,
     )
@@ -188,13 +190,20 @@ class RealScheduler:
         hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
         self.block_hasher = get_request_block_hasher(config.block_size, hash_fn)
+        self.eos_at: dict[str, int | None] = {}
 
     @property
     def kv_cache_manager(self) -> Any:
         return self.scheduler.kv_cache_manager
 
-    def add_request(self, request_id: str, prompt_token_ids: list[int], max_tokens: int) -> VllmRequest:
-        params = VllmSamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], max_tokens: int, eos_at: int | None = None
+    ) -> VllmRequest:
+        """Queue a request; with ``eos_at=k`` its ``k``-th output is ``FAKE_EOS`` and stops it."""
+        params = VllmSamplingParams(max_tokens=max_tokens, ignore_eos=eos_at is None)
+        if eos_at is not None:
+            params.update_from_generation_config({}, eos_token_id=FAKE_EOS)
+        self.eos_at[request_id] = eos_at
         request = VllmRequest(
             request_id=request_id,
             prompt_token_ids=list(prompt_token_ids),
@@ -211,18 +220,29 @@ class RealScheduler:
         sampled = []
         for rid in req_ids:
             request = self.scheduler.requests[rid]
-            sampled.append([] if request.is_prefill_chunk else [fake_token(rid, request.num_output_tokens)])
+            if request.is_prefill_chunk:
+                sampled.append([])
+            else:
+                sampled.append([fake_token(rid, request.num_output_tokens, self.eos_at.get(rid))])
         return ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=sampled,
         )
 
-    def step(self) -> StepRecord:
-        """``schedule()`` → fake runner → ``update_from_output()``; what happened, as a StepRecord."""
+    def step(self, timings: list[float] | None = None) -> StepRecord:
+        """``schedule()`` → fake runner → ``update_from_output()``; what happened, as a StepRecord.
+
+        ``timings`` receives the seconds of ``schedule()`` + ``update_from_output()`` alone."""
         sched = self.scheduler
+        t0 = time.perf_counter()
         out = sched.schedule()
-        engine_outputs = sched.update_from_output(out, self.fake_model_runner_output(out))
+        t1 = time.perf_counter()
+        runner_output = self.fake_model_runner_output(out)
+        t2 = time.perf_counter()
+        engine_outputs = sched.update_from_output(out, runner_output)
+        if timings is not None:
+            timings.append(t1 - t0 + time.perf_counter() - t2)
         finished: list[tuple[str, str]] = []
         stats = None
         for eco in engine_outputs.values():
@@ -252,17 +272,35 @@ class RealScheduler:
         )
 
 
-def run_trace(config: SchedConfig, trace: list[Arrival], max_steps: int = 10_000) -> list[StepRecord]:
-    """Drive the real Scheduler through ``trace``; one StepRecord per ``schedule()``."""
+def run_trace(
+    config: SchedConfig,
+    trace: list[Event],
+    max_steps: int = 10_000,
+    *,
+    timings: list[float] | None = None,
+) -> list[StepRecord]:
+    """Drive the real Scheduler through ``trace``; one StepRecord per ``schedule()``.
+
+    Same event rules as ``traces.run_mini_trace``: arrivals, then aborts (one id per
+    ``finish_requests`` call, live ids only), then the step."""
     real = RealScheduler(config)
-    pending = sorted(trace, key=lambda a: a.step)
+    sched = real.scheduler
+    arrivals, aborts = split_trace(trace)
     records: list[StepRecord] = []
     step = 0
-    while pending or real.scheduler.has_unfinished_requests():
-        while pending and pending[0].step <= step:
-            a = pending.pop(0)
-            real.add_request(a.request_id, list(a.prompt_token_ids), a.max_tokens)
-        records.append(real.step())
+    while arrivals or aborts or sched.has_unfinished_requests():
+        while arrivals and arrivals[0].step <= step:
+            a = arrivals.pop(0)
+            real.add_request(a.request_id, list(a.prompt_token_ids), a.max_tokens, a.eos_at)
+        aborted: list[str] = []
+        while aborts and aborts[0].step <= step:
+            for rid in aborts.pop(0).request_ids:
+                if rid in sched.requests and not sched.requests[rid].is_finished():
+                    sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
+                    aborted.append(rid)
+        record = real.step(timings)
+        record.aborted = aborted
+        records.append(record)
         step += 1
         if step > max_steps:
             raise RuntimeError("trace did not finish on the real scheduler")

@@ -1,21 +1,29 @@
-"""Request traces, and a driver that runs one through mini's ``Scheduler`` without a model.
+"""Request traces, and the one driver that runs a trace through mini's ``Scheduler`` without a model.
 
-A trace is a list of ``Arrival``s: at engine step ``step`` (0-based), request ``request_id``
-arrives with ``prompt_token_ids`` and wants ``max_tokens`` outputs (``ignore_eos``). The same
+A trace is a list of events. ``Arrival``: at engine step ``step`` (0-based) request
+``request_id`` arrives with ``prompt_token_ids`` and wants ``max_tokens`` outputs; with
+``eos_at=k`` its ``k``-th output token (0-based) is ``FAKE_EOS`` and stops it. ``Abort``: at
+step ``step``, before ``schedule()``, the still-unfinished ids among ``request_ids`` are aborted,
+one ``finish_requests`` call per id (several ids in one call free in an order that upstream
+takes from a ``set``, which depends on the process's hash seed: no trace can pin it). The same
 trace goes through the real scheduler in ``real_vllm.run_trace``; both sides "sample"
-``fake_token(request_id, n)`` so generated blocks hash the same way.
-Nothing here imports vllm or torch.
+``fake_token(request_id, n)`` so generated blocks hash the same way. Nothing here imports vllm
+or torch; the benchmark times the same driver (``timings``).
 """
 
 from __future__ import annotations
 
+import time
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..kv_cache import KVCacheManager
+from ..config import CacheConfig, SchedulerConfig, VllmConfig
 from ..request import Request
 from ..sampling_params import SamplingParams
 from ..scheduler import Scheduler
+
+FAKE_EOS = 2  # never produced by fake_token, so a request stops on it only when told to
 
 
 @dataclass(frozen=True)
@@ -24,6 +32,16 @@ class Arrival:
     request_id: str
     prompt_token_ids: tuple[int, ...]
     max_tokens: int
+    eos_at: int | None = None  # output index whose token is FAKE_EOS (None: never)
+
+
+@dataclass(frozen=True)
+class Abort:
+    step: int
+    request_ids: tuple[str, ...]
+
+
+Event = Arrival | Abort
 
 
 @dataclass(frozen=True)
@@ -37,6 +55,20 @@ class SchedConfig:
     long_prefill_token_threshold: int = 0
     enable_prefix_caching: bool = True
     max_model_len: int = 512
+    enable_chunked_prefill: bool = True
+
+    def to_vllm_config(self) -> VllmConfig:
+        """The same knobs as mini's validated ``VllmConfig``."""
+        return VllmConfig(
+            CacheConfig(self.block_size, self.num_gpu_blocks, self.enable_prefix_caching),
+            SchedulerConfig(
+                max_num_seqs=self.max_num_seqs,
+                max_num_batched_tokens=self.max_num_batched_tokens,
+                max_model_len=self.max_model_len,
+                long_prefill_token_threshold=self.long_prefill_token_threshold,
+                enable_chunked_prefill=self.enable_chunked_prefill,
+            ),
+        )
 
 
 @dataclass
@@ -50,60 +82,96 @@ class StepRecord:
     num_free_blocks: int = 0
     prefix_cache: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0)
     # (requests, queries, hits, preempted_requests, preempted_queries, preempted_hits)
+    aborted: list[str] = field(default_factory=list)  # ids aborted before this step's schedule()
 
 
-def fake_token(request_id: str, num_output_tokens: int) -> int:
+def fake_token(request_id: str, num_output_tokens: int, eos_at: int | None = None) -> int:
     """Deterministic stand-in for a sampled token (never 0..31 control bytes, never EOS)."""
+    if num_output_tokens == eos_at:
+        return FAKE_EOS
     return 32 + (zlib.crc32(request_id.encode()) + 7 * num_output_tokens) % 200
 
 
-def run_mini_trace(config: SchedConfig, trace: list[Arrival], max_steps: int = 10_000) -> list[StepRecord]:
-    """Drive mini's Scheduler through ``trace``; one StepRecord per ``schedule()``."""
-    kv = KVCacheManager(
-        config.num_gpu_blocks, config.block_size, config.enable_prefix_caching, config.max_model_len
-    )
-    sched = Scheduler(
-        kv,
-        config.max_num_seqs,
-        config.max_num_batched_tokens,
-        config.long_prefill_token_threshold,
-        config.max_model_len,
-    )
-    pending = sorted(trace, key=lambda a: a.step)
+def split_trace(trace: Iterable[Event]) -> tuple[list[Arrival], list[Abort]]:
+    """Arrivals and aborts, each sorted by step (stable: same-step events keep trace order)."""
+    events = list(trace)
+    arrivals = sorted((e for e in events if isinstance(e, Arrival)), key=lambda a: a.step)
+    aborts = sorted((e for e in events if isinstance(e, Abort)), key=lambda a: a.step)
+    return arrivals, aborts
+
+
+def run_mini_trace(
+    config: SchedConfig,
+    trace: Iterable[Event],
+    max_steps: int = 10_000,
+    *,
+    record: bool = True,
+    timings: list[float] | None = None,
+) -> list[StepRecord]:
+    """Drive mini's Scheduler through ``trace``; one StepRecord per ``schedule()``.
+
+    ``record=False`` skips building the records (returns ``[]``); ``timings`` receives the
+    seconds spent in ``schedule()`` + ``update_from_output()`` of each step, nothing else.
+    """
+    sched = Scheduler(config.to_vllm_config())
+    kv = sched.kv_cache_manager
+    arrivals, aborts = split_trace(trace)
+    eos_at: dict[str, int | None] = {}
     records: list[StepRecord] = []
     step = 0
-    while pending or sched.has_unfinished_requests():
-        while pending and pending[0].step <= step:
-            a = pending.pop(0)
-            params = SamplingParams(max_tokens=a.max_tokens, ignore_eos=True)
+    clock = time.perf_counter
+    while arrivals or aborts or sched.has_unfinished_requests():
+        while arrivals and arrivals[0].step <= step:
+            a = arrivals.pop(0)
+            params = SamplingParams(max_tokens=a.max_tokens, ignore_eos=a.eos_at is None)
             sched.add_request(
-                Request(a.request_id, list(a.prompt_token_ids), params, block_hasher=kv.block_hasher)
+                Request(
+                    a.request_id,
+                    list(a.prompt_token_ids),
+                    params,
+                    eos_token_id=FAKE_EOS,
+                    block_hasher=kv.block_hasher,
+                )
             )
+            eos_at[a.request_id] = a.eos_at
+        aborted: list[str] = []
+        while aborts and aborts[0].step <= step:
+            for rid in aborts.pop(0).request_ids:
+                if rid in sched.requests:
+                    sched.finish_requests(rid)
+                    aborted.append(rid)
+        t0 = clock()
         out = sched.schedule()
+        t1 = clock()
         sampled = {
-            r.request_id: fake_token(r.request_id, r.num_output_tokens)
+            r.request_id: fake_token(r.request_id, r.num_output_tokens, eos_at[r.request_id])
             for r in out.scheduled_requests
             if Scheduler.needs_sample(r, out.num_scheduled_tokens[r.request_id])
         }
+        t2 = clock()
         finished = sched.update_from_output(out, sampled)
-        s = kv.make_prefix_cache_stats()
-        records.append(
-            StepRecord(
-                num_scheduled_tokens=dict(out.num_scheduled_tokens),
-                preempted=set(out.preempted_req_ids),
-                finished=[(r.request_id, r.finish_reason or "") for r in finished],
-                block_ids={r.request_id: kv.get_block_ids(r.request_id) for r in sched.running},
-                num_free_blocks=kv.block_pool.get_num_free_blocks(),
-                prefix_cache=(
-                    s.requests,
-                    s.queries,
-                    s.hits,
-                    s.preempted_requests,
-                    s.preempted_queries,
-                    s.preempted_hits,
-                ),
+        if timings is not None:
+            timings.append(t1 - t0 + clock() - t2)
+        if record:
+            s = kv.make_prefix_cache_stats()
+            records.append(
+                StepRecord(
+                    num_scheduled_tokens=dict(out.num_scheduled_tokens),
+                    preempted=set(out.preempted_req_ids),
+                    finished=[(r.request_id, r.get_finished_reason() or "") for r in finished],
+                    block_ids={r.request_id: kv.get_block_ids(r.request_id) for r in sched.running},
+                    num_free_blocks=kv.block_pool.get_num_free_blocks(),
+                    prefix_cache=(
+                        s.requests,
+                        s.queries,
+                        s.hits,
+                        s.preempted_requests,
+                        s.preempted_queries,
+                        s.preempted_hits,
+                    ),
+                    aborted=aborted,
+                )
             )
-        )
         step += 1
         if step > max_steps:
             raise RuntimeError("trace did not finish: is the pool big enough for every request?")

@@ -1,0 +1,142 @@
+"""Engine configuration: one home per setting, validated once, when the object is built.
+
+Mirrors ``vllm/config/cache.py`` (``CacheConfig``), ``vllm/config/scheduler.py``
+(``SchedulerConfig``, ``verify_max_model_len``), ``vllm/config/vllm.py`` (``VllmConfig``, the
+object every component receives) and the startup check of ``vllm/v1/core/kv_cache_utils.py``
+(``check_enough_kv_cache_memory``: one request of ``max_model_len`` tokens must fit the pool).
+``create_engine_config`` plays ``EngineArgs.create_engine_config``: flat keyword arguments in,
+one validated ``VllmConfig`` out. Components never re-check what is checked here.
+
+Rules, with upstream's where upstream has one:
+
+* every count is an ``int`` (``bool`` is refused): ``block_size >= 1``, ``num_gpu_blocks >= 2``
+  (block 0 is the null block), ``max_num_seqs >= 1``, ``max_num_batched_tokens >= 1``,
+  ``long_prefill_token_threshold >= 0``, ``max_model_len >= 2`` (a one-token prompt plus one
+  output);
+* ``max_model_len`` defaults to what the pool holds, ``(num_gpu_blocks - 1) * block_size``, and
+  may not exceed it, so one request of maximal length always fits alone and preemption can
+  never loop forever (upstream compares bytes and counts the null block as usable);
+* without chunked prefill, ``max_num_batched_tokens >= max_model_len`` (upstream's message).
+
+Left out: everything about devices, memory fractions, dtypes, swap space, the model itself,
+and upstream's ``max_num_batched_tokens >= max_num_seqs`` rule (see README: mini accepts a
+budget smaller than the seat count; the budget then bounds the batch first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+
+def _check_int(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The KV pool: how many blocks, how many tokens each, prefix caching on or off."""
+
+    block_size: int = 16
+    num_gpu_blocks: int = 257  # counts the null block: num_gpu_blocks - 1 blocks hold KV
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        _check_int("block_size", self.block_size, 1)
+        _check_int("num_gpu_blocks", self.num_gpu_blocks, 2)
+        _check_bool("enable_prefix_caching", self.enable_prefix_caching)
+
+    @property
+    def num_usable_tokens(self) -> int:
+        """Tokens the non-null blocks hold: the largest ``max_model_len`` that fits."""
+        return (self.num_gpu_blocks - 1) * self.block_size
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The step budget: seats, tokens per step, chunking, and the longest sequence."""
+
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None  # None: what the KV pool holds (VllmConfig fills it in)
+    long_prefill_token_threshold: int = 0  # 0 = off
+    enable_chunked_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        _check_int("max_num_seqs", self.max_num_seqs, 1)
+        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        _check_bool("enable_chunked_prefill", self.enable_chunked_prefill)
+        if self.max_model_len is not None:
+            _check_int("max_model_len", self.max_model_len, 2)
+            self.verify_max_model_len(self.max_model_len)
+
+    def verify_max_model_len(self, max_model_len: int) -> None:
+        if self.max_num_batched_tokens < max_model_len and not self.enable_chunked_prefill:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than "
+                f"max_model_len ({max_model_len}). This effectively limits the maximum sequence "
+                "length to max_num_batched_tokens and makes vLLM reject longer sequences. Please "
+                "increase max_num_batched_tokens or decrease max_model_len."
+            )
+
+
+@dataclass(frozen=True)
+class VllmConfig:
+    """Everything one engine is built from; ``scheduler_config.max_model_len`` is always set."""
+
+    cache_config: CacheConfig = field(default_factory=CacheConfig)
+    scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cache_config, CacheConfig):
+            raise TypeError(f"cache_config must be a CacheConfig, got {type(self.cache_config).__name__}")
+        if not isinstance(self.scheduler_config, SchedulerConfig):
+            raise TypeError(
+                f"scheduler_config must be a SchedulerConfig, got {type(self.scheduler_config).__name__}"
+            )
+        cache, sched = self.cache_config, self.scheduler_config
+        capacity = cache.num_usable_tokens
+        if sched.max_model_len is None:
+            sched = replace(sched, max_model_len=capacity)  # re-runs its checks
+            object.__setattr__(self, "scheduler_config", sched)
+        assert sched.max_model_len is not None
+        if sched.max_model_len > capacity:
+            needed = -(-sched.max_model_len // cache.block_size)
+            raise ValueError(
+                f"To serve at least one request with the model's max seq len ({sched.max_model_len}), "
+                f"{needed} KV blocks of {cache.block_size} tokens are needed, which is more than the "
+                f"{cache.num_gpu_blocks - 1} usable blocks of the pool (num_gpu_blocks="
+                f"{cache.num_gpu_blocks} counts the null block). Based on the available blocks, the "
+                f"estimated maximum model length is {capacity}. Try increasing num_gpu_blocks or "
+                f"decreasing max_model_len."
+            )
+
+    @property
+    def max_model_len(self) -> int:
+        assert self.scheduler_config.max_model_len is not None
+        return self.scheduler_config.max_model_len
+
+
+_CACHE_FIELDS = {f.name for f in fields(CacheConfig)}
+_SCHEDULER_FIELDS = {f.name for f in fields(SchedulerConfig)}
+
+
+def create_engine_config(**engine_args: Any) -> VllmConfig:
+    """Flat keyword arguments (``block_size=4, max_num_seqs=2, ...``) → one ``VllmConfig``."""
+    unknown = sorted(set(engine_args) - _CACHE_FIELDS - _SCHEDULER_FIELDS)
+    if unknown:
+        known = ", ".join(sorted(_CACHE_FIELDS | _SCHEDULER_FIELDS))
+        raise TypeError(f"unknown engine argument(s) {unknown}; known: {known}")
+    return VllmConfig(
+        CacheConfig(**{k: v for k, v in engine_args.items() if k in _CACHE_FIELDS}),
+        SchedulerConfig(**{k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}),
+    )

@@ -1,5 +1,6 @@
 """Property-based tests: random request traces through the scheduler, invariants every step."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +14,7 @@ from mini_vllm import (
     SchedulerConfig,
     VllmConfig,
 )
-from mini_vllm.testing.traces import fake_token
+from mini_vllm.testing.traces import Abort, Arrival, SchedConfig, fake_token, run_mini_trace
 
 SETTINGS = settings(
     max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
@@ -127,3 +128,60 @@ def test_scheduling_knobs_never_change_greedy_tokens(prompts, threshold, budget)
         max_num_seqs=2,
     )
     assert [o.token_ids for o in other.generate(prompts, params)] == ref
+
+
+@st.composite
+def configs_and_traces(draw):
+    """Any configuration ``VllmConfig`` accepts, and a trace with arrivals, aborts and EOS."""
+    block_size = draw(st.sampled_from([1, 2, 3, 4, 16]))
+    num_gpu_blocks = draw(st.integers(2 if block_size > 1 else 3, 12))
+    max_model_len = draw(st.integers(2, (num_gpu_blocks - 1) * block_size))
+    chunked = draw(st.booleans())
+    low_budget = 1 if chunked else max_model_len
+    config = SchedConfig(
+        num_gpu_blocks=num_gpu_blocks,
+        block_size=block_size,
+        max_num_seqs=draw(st.integers(1, 5)),
+        max_num_batched_tokens=draw(st.integers(low_budget, low_budget + 24)),
+        long_prefill_token_threshold=draw(st.sampled_from([0, 1, 3, 7])),
+        enable_prefix_caching=draw(st.booleans()),
+        max_model_len=max_model_len,
+        enable_chunked_prefill=chunked,
+    )
+    trace: list = []
+    for i in range(draw(st.integers(1, 7))):
+        n = draw(st.integers(1, max_model_len - 1))
+        prompt = tuple(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)))  # shared prefixes
+        eos_at = draw(st.one_of(st.none(), st.integers(0, 4)))
+        trace.append(Arrival(draw(st.integers(0, 5)), f"r{i}", prompt, draw(st.integers(1, 20)), eos_at))
+    for _ in range(draw(st.integers(0, 3))):
+        trace.append(Abort(draw(st.integers(0, 12)), (f"r{draw(st.integers(0, 6))}",)))
+    return config, trace
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(configs_and_traces())
+def test_every_valid_configuration_finishes_every_request(case):
+    """Liveness: whatever constructs cannot hang. Each request stops (EOS, length) or is aborted
+    within a step bound, and the pool ends with every block free."""
+    config, trace = case
+    config.to_vllm_config()  # valid by construction
+    arrivals = [a for a in trace if isinstance(a, Arrival)]
+    # Generous but finite: every token of every request, recomputed once per other request.
+    last_event = max(e.step for e in trace)  # the driver runs until the last abort is due
+    bound = last_event + 6 + sum(len(a.prompt_token_ids) + a.max_tokens for a in arrivals) * (len(arrivals) + 1)
+    records = run_mini_trace(config, trace, max_steps=bound)
+    done = [rid for r in records for rid, _ in r.finished] + [rid for r in records for rid in r.aborted]
+    assert sorted(done) == sorted(a.request_id for a in arrivals), "each request ends exactly once"
+    assert records[-1].num_free_blocks == config.num_gpu_blocks - 1, "every block is free at the end"
+    assert records[-1].block_ids == {}
+
+
+def test_the_self_preempting_configuration_is_refused():
+    """A 10-token prompt wanting 16 outputs in 4 blocks of 4 would preempt itself forever if
+    max_model_len were unbounded: the config refuses that, and the default caps it at 16."""
+    with pytest.raises(ValueError, match="max seq len"):
+        VllmConfig(CacheConfig(block_size=4, num_gpu_blocks=5), SchedulerConfig(max_model_len=2**62))
+    config = SchedConfig(num_gpu_blocks=5, block_size=4, max_num_seqs=1, max_model_len=16)
+    records = run_mini_trace(config, [Arrival(0, "a", tuple(range(10)), 16)], max_steps=50)
+    assert records[-1].finished == [("a", "length")] and len(records) == 6, "10 + 6 tokens = max_model_len"

@@ -180,6 +180,35 @@ def test_abort_running_and_waiting():
     assert not sched.has_unfinished_requests() and sched.kv_cache_manager.block_pool.get_num_free_blocks() == 63
 
 
+def test_several_aborts_in_one_call_free_in_caller_order():
+    """vLLM frees such a batch in ``set`` order, which follows the process's string-hash seed,
+    so no implementation can match it; mini frees in the order given (duplicates once)."""
+    sched = make(num_blocks=8, block_size=4)
+    for rid, first in (("a", 0), ("b", 50), ("c", 100)):
+        add(sched, rid, 4, first=first)
+    step(sched)
+    blocks = {rid: sched.kv_cache_manager.get_block_ids(rid) for rid in "abc"}
+    pool = sched.kv_cache_manager.block_pool
+    done = sched.finish_requests(["c", "a", "c", "b"])
+    assert [r.request_id for r in done] == ["c", "a", "b"]
+    want = blocks["c"][::-1] + blocks["a"][::-1] + blocks["b"][::-1]
+    tail = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()][-len(want) :]
+    assert tail == want, f"freed blocks join the queue request by request in the order given: {tail} != {want}"
+
+
+def test_abort_is_seen_by_every_reader_before_the_next_step():
+    sched = make(max_num_seqs=2)
+    for rid in "abc":
+        add(sched, rid, 5)
+    step(sched)
+    sched.finish_requests("a")
+    sched.finish_requests("c")  # still waiting
+    assert [r.request_id for r in sched.running] == ["b"] and list(sched.waiting) == []
+    assert sched.get_request_counts() == (1, 0) and sched.get_num_unfinished_requests() == 1
+    out, _ = step(sched)
+    assert list(out.num_scheduled_tokens) == ["b"]
+
+
 def test_update_from_output_once_per_schedule():
     sched = make()
     add(sched, "a", 5)

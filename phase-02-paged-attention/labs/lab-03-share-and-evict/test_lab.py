@@ -2,7 +2,7 @@ from course.harness import load_lab
 
 lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
 
-from mini_vllm import KVCacheManager
+from mini_vllm import CacheConfig, KVCacheManager
 
 BS = 4
 PROMPT = list(range(100, 132))          # 32 tokens = 8 full blocks of 4
@@ -13,7 +13,7 @@ def free_queue(kv):
 
 
 def test_first_request_populates_cold_cache():
-    kv = KVCacheManager(num_gpu_blocks=20, block_size=BS)
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=20, block_size=BS))
     a = lab.prefill(kv, PROMPT, "A")
     assert a.cached == 0, f"a cold cache has nothing to offer: cached must be 0, got {a.cached}"
     assert len(kv.get_block_ids("A")) == 8 and a.new_block_ids == kv.get_block_ids("A"), (
@@ -25,7 +25,7 @@ def test_first_request_populates_cold_cache():
 
 
 def test_identical_prompt_shares_all_but_the_tail_block():
-    kv = KVCacheManager(num_gpu_blocks=20, block_size=BS)
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=20, block_size=BS))
     a = lab.prefill(kv, PROMPT, "A")
     free_before = kv.block_pool.get_num_free_blocks()
     b = lab.prefill(kv, PROMPT, "B")
@@ -42,7 +42,7 @@ def test_identical_prompt_shares_all_but_the_tail_block():
 
 
 def test_diverging_prompt_shares_only_the_common_prefix():
-    kv = KVCacheManager(num_gpu_blocks=20, block_size=BS)
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=20, block_size=BS))
     lab.prefill(kv, PROMPT, "A")
     other = PROMPT[:16] + [7] * 16
     c = lab.prefill(kv, other, "C")
@@ -58,7 +58,7 @@ def test_diverging_prompt_shares_only_the_common_prefix():
 
 
 def test_free_order_evicts_tails_before_shared_prefix():
-    kv = KVCacheManager(num_gpu_blocks=10, block_size=BS)   # null + A's 8 + B's private tail
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=10, block_size=BS))   # null + A's 8 + B's private tail
     a = lab.prefill(kv, PROMPT, "A")
     b = lab.prefill(kv, PROMPT, "B")
     ta, tb = kv.get_block_ids("A"), kv.get_block_ids("B")
@@ -79,7 +79,7 @@ def test_free_order_evicts_tails_before_shared_prefix():
 
 
 def test_cached_free_blocks_are_revived_not_recomputed():
-    kv = KVCacheManager(num_gpu_blocks=16, block_size=BS)
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=16, block_size=BS))
     a = lab.prefill(kv, PROMPT, "A")
     ta = kv.get_block_ids("A")
     kv.free(a.request)
@@ -94,7 +94,7 @@ def test_cached_free_blocks_are_revived_not_recomputed():
 
 
 def test_prefill_that_does_not_fit_raises_and_changes_nothing():
-    kv = KVCacheManager(num_gpu_blocks=10, block_size=BS)       # 9 usable blocks
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=10, block_size=BS))       # 9 usable blocks
     lab.prefill(kv, PROMPT, "A")                                   # takes 8
     other = [7] * 32                                               # no hit possible: needs 8 more
     try:
@@ -109,7 +109,7 @@ def test_prefill_that_does_not_fit_raises_and_changes_nothing():
 
 
 def test_caching_disabled_means_no_sharing():
-    kv = KVCacheManager(num_gpu_blocks=20, block_size=BS, enable_caching=False)
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=20, block_size=BS, enable_prefix_caching=False))
     a = lab.prefill(kv, PROMPT, "A")
     b = lab.prefill(kv, PROMPT, "B")
     assert a.cached == b.cached == 0, "with enable_caching=False nothing is ever a hit"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from mini_vllm import KVCacheManager, Request, SamplingParams
+from mini_vllm import CacheConfig, KVCacheManager, Request, SamplingParams
 
 
 class Prefilled(NamedTuple):
@@ -55,7 +55,7 @@ def ref_counts(kv: KVCacheManager, request: Request) -> list[int]:
 
 def main() -> None:
     prompt = list(range(100, 132))                      # 32 tokens = 8 full blocks of 4
-    kv = KVCacheManager(num_gpu_blocks=10, block_size=4)
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=10, block_size=4))
     a = prefill(kv, prompt, "A")
     print(f"A: cached={a.cached} table={kv.get_block_ids('A')} ref={ref_counts(kv, a.request)}")
     b = prefill(kv, prompt, "B")

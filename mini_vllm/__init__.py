@@ -5,7 +5,14 @@ never imports torch or vllm; ``mini_vllm.testing.real_vllm`` does, lazily, for t
 differential tests and the benchmark.
 """
 
-from .block_pool import NONE_HASH, BlockHashToBlockMap, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, hash_block_tokens
+from .block_pool import (
+    NONE_HASH,
+    BlockHashToBlockMap,
+    BlockPool,
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    hash_block_tokens,
+)
 from .config import CacheConfig, SchedulerConfig, VllmConfig, create_engine_config
 from .cudagraph import (
     GraphEntry,

@@ -1,45 +1,62 @@
 """Benchmark (not a test): mini_vllm vs the real vLLM 0.22.1, same work, same process.
 
-    python -m mini_vllm.bench
+    python -m mini_vllm.bench [--repeats 5] [--quick]
+
+Cases, each reported as the ratio mini / vLLM (or new / baseline) with its spread:
 
 1. Block pool: one deterministic trace of ``get_new_blocks`` / ``cache_full_blocks`` /
-   ``touch`` / ``free_blocks`` operations, replayed on mini's and vLLM's ``BlockPool``.
-2. Scheduler: one request trace (shared prefixes, chunked prefill, preemption) driven through
-   mini's ``Scheduler`` + ``KVCacheManager`` and vLLM's ``Scheduler`` + ``KVCacheManager``
-   with a fake model runner; one step = ``schedule()`` + ``update_from_output()``.
+   ``touch`` / ``free_blocks`` on a 256-block pool; both pools are built before the clock starts.
+2. Scheduler at 10, 100, 1,000 and 5,000 running requests: the same trace through both
+   schedulers (``traces.run_mini_trace`` and ``real_vllm.run_trace``, which build everything
+   before timing); only ``schedule()`` + ``update_from_output()`` is timed.
+3. Mass abort: 5,000 running requests aborted one id per ``finish_requests`` call, in a seeded
+   random order; the aborts plus the next ``schedule()`` + ``update_from_output()`` are timed.
+4. Sampler, end to end: 100 requests x 128 sampled tokens (temperature 1, top-k 50, top-p 0.9)
+   through ``LLMEngine`` with its sampler and with ``baseline_sample`` (the sampler mini shipped
+   before it was batched: two softmaxes, a full argsort per row, ``Generator.choice``); the tokens
+   must be identical.
 
-Each figure is the best of several repetitions, mini and vLLM run alternately so both see the
-same machine load; the ratio is mini / vLLM measured in this
-run (targets: block pool <= 1.0x, scheduler step <= 0.5x). Timings vary between machines
-and runs, which is why no test asserts on them and the README quotes none.
+Every case runs ``--repeats`` times, mini and the reference alternating so both see the same
+machine load; a ratio is taken per repetition and the median is printed with [min, max]. Targets:
+block pool <= 1.0x, scheduler <= 0.5x, sampler end to end >= 2x. Timings depend on the machine and
+its load, which is why no test asserts on them and the README quotes none.
 """
 
 from __future__ import annotations
 
+import argparse
 import random
+import statistics
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
 
+import numpy as np
+
 from .block_pool import BlockPool
-from .kv_cache import KVCacheManager
-from .request import Request
+from .engine import LLMEngine
 from .sampling_params import SamplingParams
-from .scheduler import Scheduler
-from .testing.traces import Arrival, SchedConfig, fake_token
-
-REPEATS = 9
+from .testing.traces import Abort, Arrival, SchedConfig, run_mini_trace
 
 
-def best_of_interleaved(mini: Callable[[], object], real: Callable[[], object]) -> tuple[float, float]:
-    """Best time of each, running them alternately so both see the same machine load."""
-    best = [float("inf"), float("inf")]
-    for _ in range(REPEATS):
-        for i, fn in enumerate((mini, real)):
-            t0 = time.perf_counter()
-            fn()
-            best[i] = min(best[i], time.perf_counter() - t0)
-    return best[0], best[1]
+def interleaved_ratios(
+    mini: Callable[[], float], ref: Callable[[], float], repeats: int
+) -> tuple[list[float], list[float]]:
+    """Run ``mini`` and ``ref`` alternately; each returns the seconds it measured itself."""
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(mini())
+        b.append(ref())
+    return a, b
+
+
+def report(name: str, a: list[float], b: list[float], unit: str, per: int, target: str) -> None:
+    ratios = [x / y for x, y in zip(a, b)]
+    print(
+        f"{name:<30} mini {statistics.median(a) / per * 1e6:9.2f} {unit}   "
+        f"ref {statistics.median(b) / per * 1e6:9.2f} {unit}   "
+        f"ratio {statistics.median(ratios):5.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]  ({target})"
+    )
 
 
 # -- 1. block pool -----------------------------------------------------------------------
@@ -68,154 +85,182 @@ def block_pool_ops(num_blocks: int, num_ops: int, seed: int = 0) -> list[tuple]:
                 hashes += new
                 ops.append(("cache", ids, new))
         elif hashes:
-            hit = pool.get_cached_block(rng.choice(hashes))
+            h = rng.choice(hashes)
+            hit = pool.get_cached_block(h)
             if hit is not None:
                 pool.touch([hit])
                 owners.append([hit.block_id])
-                ops.append(("touch", [hit.block_id]))
+                ops.append(("touch", h))
     return ops
 
 
-def replay_mini(num_blocks: int, ops: list[tuple]) -> Callable[[], None]:
-    def run() -> None:
-        pool = BlockPool(num_blocks)
-        blocks = pool.blocks
-        for op in ops:
-            kind = op[0]
-            if kind == "alloc":
-                pool.get_new_blocks(op[1])
-            elif kind == "free":
-                pool.free_blocks([blocks[i] for i in op[1]])
-            elif kind == "cache":
-                pool.cache_full_blocks([blocks[i] for i in op[1]], op[2])
-            else:
-                pool.touch([blocks[i] for i in op[1]])
-
-    return run
-
-
-def replay_real(real, num_blocks: int, ops: list[tuple]) -> Callable[[], None]:
-    def run() -> None:
-        pool = real.make_block_pool(num_blocks)
-        blocks = pool.blocks
-        for op in ops:
-            kind = op[0]
-            if kind == "alloc":
-                pool.get_new_blocks(op[1])
-            elif kind == "free":
-                pool.free_blocks([blocks[i] for i in op[1]])
-            elif kind == "cache":
-                ids = op[1]
-                pool.cache_full_blocks(
-                    SimpleNamespace(block_hashes=op[2]), [blocks[i] for i in ids], 0, len(ids), 16, 0
-                )
-            else:
-                pool.touch([blocks[i] for i in op[1]])
-
-    return run
-
-
-# -- 2. scheduler ------------------------------------------------------------------------
-def request_trace(seed: int = 0) -> tuple[SchedConfig, list[Arrival]]:
-    rng = random.Random(seed)
-    system = tuple(rng.randrange(250) for _ in range(96))
-    trace = []
-    for i in range(34):
-        if rng.random() < 0.5:
-            prompt = system + tuple(rng.randrange(250) for _ in range(rng.randint(4, 40)))
+def time_mini_pool(num_blocks: int, ops: list[tuple]) -> float:
+    pool = BlockPool(num_blocks)
+    blocks = pool.blocks
+    t0 = time.perf_counter()
+    for op in ops:
+        kind = op[0]
+        if kind == "alloc":
+            pool.get_new_blocks(op[1])
+        elif kind == "free":
+            pool.free_blocks([blocks[i] for i in op[1]])
+        elif kind == "cache":
+            pool.cache_full_blocks([blocks[i] for i in op[1]], op[2])
         else:
-            prompt = tuple(rng.randrange(250) for _ in range(rng.randint(8, 160)))
-        trace.append(Arrival(rng.randint(0, 40), f"req-{i}", prompt, rng.randint(8, 40)))
+            hit = pool.get_cached_block(op[1])
+            pool.touch([hit])
+    return time.perf_counter() - t0
+
+
+def time_real_pool(real, num_blocks: int, ops: list[tuple]) -> float:
+    pool = real.make_block_pool(num_blocks)
+    blocks = pool.blocks
+    group = [0]
+    t0 = time.perf_counter()
+    for op in ops:
+        kind = op[0]
+        if kind == "alloc":
+            pool.get_new_blocks(op[1])
+        elif kind == "free":
+            pool.free_blocks([blocks[i] for i in op[1]])
+        elif kind == "cache":
+            ids = op[1]
+            pool.cache_full_blocks(
+                SimpleNamespace(block_hashes=op[2]), [blocks[i] for i in ids], 0, len(ids), 16, 0
+            )
+        else:
+            hit = pool.get_cached_block(op[1], group)
+            pool.touch(hit)
+    return time.perf_counter() - t0
+
+
+# -- 2. and 3. scheduler -----------------------------------------------------------------
+def running_trace(num_requests: int, abort: bool = False) -> tuple[SchedConfig, list]:
+    """``num_requests`` 12-token prompts arriving at step 0, all running together.
+
+    With ``abort``: at step 2 every request is aborted, one id per call, in a seeded random order.
+    """
     config = SchedConfig(
-        num_gpu_blocks=64,
+        num_gpu_blocks=2 * num_requests + 1,
         block_size=16,
-        max_num_seqs=16,
-        max_num_batched_tokens=256,
-        long_prefill_token_threshold=64,
-        max_model_len=512,
+        max_num_seqs=num_requests,
+        max_num_batched_tokens=12 * num_requests,
+        max_model_len=64,
     )
+    rng = random.Random(num_requests)
+    trace: list = [
+        Arrival(0, f"r{i}", tuple(rng.randrange(250) for _ in range(12)), 16) for i in range(num_requests)
+    ]
+    if abort:
+        ids = [f"r{i}" for i in range(num_requests)]
+        rng.shuffle(ids)
+        trace.append(Abort(2, tuple(ids)))
     return config, trace
 
 
-def run_mini(config: SchedConfig, trace: list[Arrival]) -> int:
-    kv = KVCacheManager(
-        config.num_gpu_blocks, config.block_size, config.enable_prefix_caching, config.max_model_len
-    )
-    sched = Scheduler(
-        kv,
-        config.max_num_seqs,
-        config.max_num_batched_tokens,
-        config.long_prefill_token_threshold,
-        config.max_model_len,
-    )
-    pending = sorted(trace, key=lambda a: a.step)
-    steps = 0
-    while pending or sched.has_unfinished_requests():
-        while pending and pending[0].step <= steps:
-            a = pending.pop(0)
-            sched.add_request(
-                Request(
-                    a.request_id,
-                    list(a.prompt_token_ids),
-                    SamplingParams(max_tokens=a.max_tokens, ignore_eos=True),
-                    block_hasher=kv.block_hasher,
-                )
-            )
-        out = sched.schedule()
-        sampled = {
-            r.request_id: fake_token(r.request_id, r.num_output_tokens)
-            for r in out.scheduled_requests
-            if Scheduler.needs_sample(r, out.num_scheduled_tokens[r.request_id])
-        }
-        sched.update_from_output(out, sampled)
-        steps += 1
-    return steps
+def time_scheduler(run: Callable[..., list], config: SchedConfig, trace: list, step: int | None) -> float:
+    timings: list[float] = []
+    run(config, trace, timings=timings, **({"record": False} if run is run_mini_trace else {}))
+    return timings[step] if step is not None else sum(timings)
 
 
-def run_real(real, config: SchedConfig, trace: list[Arrival]) -> int:
-    rs = real.RealScheduler(config)
-    pending = sorted(trace, key=lambda a: a.step)
-    sched = rs.scheduler
-    steps = 0
-    while pending or sched.has_unfinished_requests():
-        while pending and pending[0].step <= steps:
-            a = pending.pop(0)
-            rs.add_request(a.request_id, list(a.prompt_token_ids), a.max_tokens)
-        out = sched.schedule()
-        sched.update_from_output(out, rs.fake_model_runner_output(out))
-        steps += 1
-    return steps
+# -- 4. sampler --------------------------------------------------------------------------
+def baseline_sample(logits: np.ndarray, params: SamplingParams, generator: np.random.Generator) -> int:
+    """The sampler mini shipped before it was batched, kept only as this benchmark's baseline
+    (and as the reference the equivalence test holds the new one to)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    if params.is_greedy:
+        return int(np.argmax(logits))
+
+    def softmax(x: np.ndarray) -> np.ndarray:
+        e = np.exp(x - np.max(x))
+        return e / e.sum()
+
+    x = logits / params.temperature
+    k = params.top_k
+    if 0 < k < x.shape[-1]:
+        kth = np.partition(x, -k)[-k]
+        x = np.where(x >= kth, x, -np.inf)
+    if params.top_p < 1.0:
+        probs = softmax(x)
+        order = np.argsort(-probs, kind="stable")
+        cum = np.cumsum(probs[order])
+        num_keep = min(int(np.searchsorted(cum, params.top_p)) + 1, len(cum))
+        out = np.full_like(x, -np.inf)
+        keep = order[:num_keep]
+        out[keep] = x[keep]
+        x = out
+    probs = softmax(x)
+    return int(generator.choice(len(probs), p=probs))
 
 
-def main() -> None:
+class BaselineSampler:
+    def sample_batch(self, logits, params, generators) -> list[int]:
+        return [baseline_sample(row, sp, g) for row, sp, g in zip(logits, params, generators)]
+
+
+def time_generate(baseline: bool, out: list) -> float:
+    engine = LLMEngine(num_gpu_blocks=1025, max_num_seqs=128, max_num_batched_tokens=4096)
+    if baseline:
+        engine.sampler = BaselineSampler()  # type: ignore[assignment]
+    params = SamplingParams(max_tokens=128, temperature=1.0, top_k=50, top_p=0.9, ignore_eos=True)
+    prompts = [f"request number {i}: tell me something" for i in range(100)]
+    t0 = time.perf_counter()
+    results = engine.generate(prompts, params)
+    elapsed = time.perf_counter() - t0
+    out.append([r.token_ids for r in results])
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m mini_vllm.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions per case (>= 5)")
+    parser.add_argument("--quick", action="store_true", help="skip the 5,000-request cases")
+    args = parser.parse_args(argv)
+    repeats = max(args.repeats, 1)
+
     print("loading vLLM 0.22.1 (CPU)...", flush=True)
     from .testing import real_vllm as real
 
-    num_blocks = 256
-    ops = block_pool_ops(num_blocks, 4000)
-    t_mini, t_real = best_of_interleaved(replay_mini(num_blocks, ops), replay_real(real, num_blocks, ops))
-    print(
-        f"\nBlock pool: {len(ops)} ops (alloc/free/cache/touch) on a {num_blocks}-block pool, best of {REPEATS}"
+    print(f"median of {repeats} interleaved repetitions; ratio = mini / reference [min, max]\n")
+    ops = block_pool_ops(256, 4000)
+    a, b = interleaved_ratios(
+        lambda: time_mini_pool(256, ops), lambda: time_real_pool(real, 256, ops), repeats
     )
-    print(f"  mini   {t_mini / len(ops) * 1e6:8.2f} us/op")
-    print(f"  vLLM   {t_real / len(ops) * 1e6:8.2f} us/op")
-    print(f"  ratio  {t_mini / t_real:8.2f}x  (mini / vLLM; target <= 1.0x)")
+    report(f"block pool ({len(ops)} ops)", a, b, "us/op", len(ops), "target <= 1.0x")
 
-    config, trace = request_trace()
-    steps_mini = run_mini(config, trace)
-    steps_real = run_real(real, config, trace)
-    assert steps_mini == steps_real, f"the two schedulers took {steps_mini} vs {steps_real} steps"
-    s_mini, s_real = best_of_interleaved(
-        lambda: run_mini(config, trace), lambda: run_real(real, config, trace)
+    sizes = [10, 100, 1000] if args.quick else [10, 100, 1000, 5000]
+    for n in sizes:
+        config, trace = running_trace(n)
+        steps = len(run_mini_trace(config, trace))
+        a, b = interleaved_ratios(
+            lambda c=config, t=trace: time_scheduler(run_mini_trace, c, t, None),
+            lambda c=config, t=trace: time_scheduler(real.run_trace, c, t, None),
+            repeats,
+        )
+        report(f"scheduler, {n} running", a, b, "us/step", steps, "target <= 0.5x")
+
+    n = 1000 if args.quick else 5000
+    config, trace = running_trace(n, abort=True)
+    a, b = interleaved_ratios(
+        lambda: time_scheduler(run_mini_trace, config, trace, 2),
+        lambda: time_scheduler(real.run_trace, config, trace, 2),
+        repeats,
     )
-    tokens = sum(len(a.prompt_token_ids) + a.max_tokens for a in trace)
+    report(f"mass abort, {n} one by one", a, b, "us/req", n, "target <= 0.5x")
+
+    tokens: list = []
+    a, b = interleaved_ratios(
+        lambda: time_generate(False, tokens), lambda: time_generate(True, tokens), repeats
+    )
+    assert all(t == tokens[0] for t in tokens), "the batched sampler must draw the baseline's tokens"
+    speedups = [y / x for x, y in zip(a, b)]
     print(
-        f"\nScheduler: {len(trace)} requests, ~{tokens} tokens, {steps_mini} steps (schedule + update_from_output), "
-        f"best of {REPEATS}"
+        f"{'sampler, 100 x 128 tokens':<30} new {100 * 128 / statistics.median(a) / 1e3:8.1f} k tok/s   "
+        f"baseline {100 * 128 / statistics.median(b) / 1e3:8.1f} k tok/s   "
+        f"speedup {statistics.median(speedups):5.2f}x [{min(speedups):.2f}, {max(speedups):.2f}]  "
+        "(target >= 2x; same tokens)"
     )
-    print(f"  mini   {s_mini / steps_mini * 1e6:8.1f} us/step")
-    print(f"  vLLM   {s_real / steps_real * 1e6:8.1f} us/step")
-    print(f"  ratio  {s_mini / s_real:8.2f}x  (mini / vLLM; target <= 0.5x)")
 
 
 if __name__ == "__main__":

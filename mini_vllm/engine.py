@@ -155,12 +155,15 @@ class LLMEngine:
             positions = [r.num_computed_tokens + k - 1 for r, k in zip(reqs, n)]
             last_tokens = [r.all_token_ids[p] for r, p in zip(reqs, positions)]
             logits = self.model.forward(np.array(last_tokens), np.array(positions))
-            for i, (request, k) in enumerate(zip(reqs, n)):
-                if Scheduler.needs_sample(request, k):
-                    rid = request.request_id
-                    sampled[rid] = self.sampler.sample(
-                        logits[i], request.sampling_params, self._generators[rid]
-                    )
+            rows = [i for i, (r, k) in enumerate(zip(reqs, n)) if Scheduler.needs_sample(r, k)]
+            if rows:
+                wanted = [reqs[i] for i in rows]
+                tokens = self.sampler.sample_batch(
+                    logits[rows],
+                    [r.sampling_params for r in wanted],
+                    [self._generators[r.request_id] for r in wanted],
+                )
+                sampled = {r.request_id: t for r, t in zip(wanted, tokens)}
         finished = self.scheduler.update_from_output(out, sampled)
         return [self._make_output(r) for r in finished]
 

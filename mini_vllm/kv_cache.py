@@ -167,9 +167,37 @@ class KVCacheManager:
                 f"request {rid}: {num_computed} computed + {num_new_tokens} new tokens exceeds "
                 f"its {request.num_tokens} tokens"
             )
-        if self.enable_caching:
-            self._ensure_hashes(request)
-        num_free = self.block_pool.get_num_free_blocks()
+        if self.enable_caching and not req_blocks:
+            self._ensure_hashes(request)  # a request holding blocks was checked when it got them
+        return self._allocate_slots(
+            request, num_new_tokens, num_new_computed_tokens, new_computed, full_sequence_must_fit
+        )
+
+    def _allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int,
+        new_computed: Sequence[KVCacheBlock],
+        full_sequence_must_fit: bool,
+    ) -> list[KVCacheBlock] | None:
+        """``allocate_slots`` without the argument checks: the scheduler's hot path."""
+        rid = request.request_id
+        req_blocks = self.req_to_blocks.get(rid)
+        num_computed = request.num_computed_tokens + num_new_computed_tokens
+        num_free = self.block_pool.free_block_queue.num_free_blocks
+        if req_blocks is not None and not new_computed and not full_sequence_must_fit:
+            # A running request growing by a chunk or a decode token: the same rules, fewer calls.
+            end = num_computed + num_new_tokens
+            num_new_blocks = -(-min(end, self.max_model_len) // self.block_size) - len(req_blocks)
+            if num_new_blocks > num_free:
+                return None
+            new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
+            req_blocks.extend(new_blocks)
+            if self.enable_caching:
+                self.cache_blocks(request, min(end, request.num_tokens))
+            return new_blocks
+        req_blocks = req_blocks if req_blocks is not None else []
 
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)

@@ -178,7 +178,12 @@ class Request:
     # -- tokens -----------------------------------------------------------------------------
     def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
         """Append sampled token(s) and hash any block they complete."""
-        if type(token_ids) is int or isinstance(token_ids, numbers.Integral):
+        if type(token_ids) is int and token_ids >= 0:  # the decode hot path: one sampled token
+            self._output_token_ids.append(token_ids)
+            self._all_token_ids.append(token_ids)
+            self.update_block_hashes()
+            return
+        if isinstance(token_ids, numbers.Integral):
             new = [token_ids]
         else:
             new = list(token_ids)
@@ -198,8 +203,13 @@ class Request:
 
     def update_block_hashes(self) -> None:
         """Hash every block that became full since the last call (cheap when none did)."""
-        if self.block_hasher is not None:
-            self.block_hashes.extend(self.block_hasher(self))
+        hasher = self.block_hasher
+        if hasher is None:
+            return
+        block_size = getattr(hasher, "block_size", None)
+        if block_size is not None and len(self._all_token_ids) < (len(self.block_hashes) + 1) * block_size:
+            return  # no block completed since the last call
+        self.block_hashes.extend(hasher(self))
 
     # -- stopping ---------------------------------------------------------------------------
     def maybe_finish(self, max_model_len: int | None = None) -> bool:

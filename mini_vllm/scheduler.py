@@ -187,7 +187,7 @@ class Scheduler:
                 req_index += 1
                 continue
             while True:
-                new_blocks = kv.allocate_slots(request, num_new_tokens)
+                new_blocks = kv._allocate_slots(request, num_new_tokens, 0, (), False)  # trusted caller
                 if new_blocks is not None:
                     break
                 victim = running.pop()  # FCFS: the most recently admitted
@@ -296,9 +296,10 @@ class Scheduler:
             if not is_token_id(tok):
                 raise ValueError(f"sampled token for {rid!r} must be a non-negative int, got {tok!r}")
         for request in scheduler_output.scheduled_requests:
-            if request.is_finished:  # aborted after it was scheduled: its token is dropped
+            if request.status > RequestStatus.PREEMPTED:  # aborted after it was scheduled: no token
                 continue
-            wants = self.needs_sample(request, scheduled[request.request_id])
+            # needs_sample, inlined (this loop runs once per scheduled request per step)
+            wants = request.num_computed_tokens + scheduled[request.request_id] == request.num_tokens
             if wants != (request.request_id in sampled):
                 what = "needs a sampled token" if wants else "is mid-prefill and must not get a token"
                 raise ValueError(f"request {request.request_id!r} {what}")
@@ -306,7 +307,7 @@ class Scheduler:
 
         finished: list[Request] = []
         for request in scheduler_output.scheduled_requests:
-            if request.is_finished:  # aborted after it was scheduled
+            if request.status > RequestStatus.PREEMPTED:  # aborted after it was scheduled
                 continue
             request.num_computed_tokens += scheduled[request.request_id]
             token = sampled.get(request.request_id)

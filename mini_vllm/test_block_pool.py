@@ -116,7 +116,10 @@ def test_duplicate_hash_keeps_every_copy_and_serves_the_oldest():
     pool.cache_full_blocks([b], [b"same"])
     pool.cache_full_blocks([c], [b"same"])
     assert b.block_hash == b"same", "a duplicate is indexed too (block tables are never merged)"
-    assert pool.cached_block_hash_to_block.to_dict() == {b"same": [1, 2, 3]} and len(pool.cached_block_hash_to_block) == 1
+    assert (
+        pool.cached_block_hash_to_block.to_dict() == {b"same": [1, 2, 3]}
+        and len(pool.cached_block_hash_to_block) == 1
+    )
     assert pool.get_cached_block(b"same") is a, "a lookup returns the oldest copy"
     pool.free_blocks([a, c, b])  # queue: 4 1 3 2
     check_invariants(pool)

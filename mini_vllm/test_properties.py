@@ -51,7 +51,9 @@ def check_pool(kv: KVCacheManager) -> None:
         assert b.ref_cnt >= 0, f"negative ref_cnt on block {b.block_id}"
         assert (b.ref_cnt == 0) == (b.block_id in free_ids), "free ⇔ ref_cnt == 0"
         if b.block_hash is not None:
-            assert b in pool.cached_block_hash_to_block.get_all_blocks(b.block_hash), "a hashed block is indexed"
+            assert b in pool.cached_block_hash_to_block.get_all_blocks(b.block_hash), (
+                "a hashed block is indexed"
+            )
     held: dict[int, int] = {}
     for blocks in kv.req_to_blocks.values():
         for b in blocks:
@@ -66,7 +68,8 @@ def test_random_traces_keep_every_invariant(trace):
     num_blocks, block_size, caching, max_model_len, config, arrivals, aborts = trace
     sched = Scheduler(
         VllmConfig(
-            CacheConfig(block_size, num_blocks, caching), SchedulerConfig(max_model_len=max_model_len, **config)
+            CacheConfig(block_size, num_blocks, caching),
+            SchedulerConfig(max_model_len=max_model_len, **config),
         )
     )
     kv = sched.kv_cache_manager
@@ -169,7 +172,9 @@ def test_every_valid_configuration_finishes_every_request(case):
     arrivals = [a for a in trace if isinstance(a, Arrival)]
     # Generous but finite: every token of every request, recomputed once per other request.
     last_event = max(e.step for e in trace)  # the driver runs until the last abort is due
-    bound = last_event + 6 + sum(len(a.prompt_token_ids) + a.max_tokens for a in arrivals) * (len(arrivals) + 1)
+    bound = (
+        last_event + 6 + sum(len(a.prompt_token_ids) + a.max_tokens for a in arrivals) * (len(arrivals) + 1)
+    )
     records = run_mini_trace(config, trace, max_steps=bound)
     done = [rid for r in records for rid, _ in r.finished] + [rid for r in records for rid in r.aborted]
     assert sorted(done) == sorted(a.request_id for a in arrivals), "each request ends exactly once"

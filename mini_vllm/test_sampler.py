@@ -2,7 +2,15 @@ import numpy as np
 import pytest
 
 from mini_vllm import Sampler, SamplingParams
-from mini_vllm.sampler import apply_top_k, apply_top_p, softmax
+from mini_vllm.bench import baseline_sample
+from mini_vllm.sampler import apply_top_k_top_p, softmax
+
+
+def kept(logits, k=0, p=1.0):
+    """Which tokens survive top-k/top-p (a mask), for one row."""
+    x = np.array([logits], dtype=np.float64)
+    e = apply_top_k_top_p(x, np.array([k]), np.array([p]))
+    return (e[0] > 0).tolist()
 
 
 def test_greedy_is_argmax_lowest_index_on_ties_and_ignores_knobs():
@@ -21,19 +29,86 @@ def test_softmax_is_stable():
 
 
 def test_top_k_masks_all_but_k_and_is_disabled_out_of_range():
-    logits = np.array([0.1, 2.0, 1.0, 3.0])
-    out = apply_top_k(logits, 2)
-    assert np.isfinite(out).tolist() == [False, True, False, True]
+    logits = [0.1, 2.0, 1.0, 3.0]
+    assert kept(logits, k=2) == [False, True, False, True]
+    assert kept(logits, k=1) == [False, False, False, True]
     for k in (0, -3, 4, 10):
-        np.testing.assert_array_equal(apply_top_k(logits, k), logits)
+        assert kept(logits, k=k) == [True] * 4, f"top_k={k} is disabled"
+
+
+def test_top_k_keeps_every_token_tied_at_the_cut():
+    """Upstream masks ``x < kth`` (vllm/v1/sample/ops/topk_topp_sampler.py), so every logit equal
+    to the k-th largest survives: k=2 over [3, 1, 1, 1, 0] keeps four tokens, not two."""
+    assert kept([3.0, 1.0, 1.0, 1.0, 0.0], k=2) == [True, True, True, True, False]
+    assert kept([3.0, 1.0, 1.0, 1.0, 0.0], k=2, p=0.999) == [True, True, True, True, False]
 
 
 def test_top_p_keeps_the_crossing_token():
-    probs = np.array([0.4, 0.4, 0.2])
-    out = apply_top_p(np.log(probs), 0.5)
-    assert np.isfinite(out).tolist() == [True, True, False], "p=0.5 over [.4,.4,.2] keeps two tokens"
-    out = apply_top_p(np.log(probs), 0.3)
-    assert np.isfinite(out).tolist() == [True, False, False]
+    probs = np.log([0.4, 0.4, 0.2])
+    assert kept(probs, p=0.5) == [True, True, False], "p=0.5 over [.4,.4,.2] keeps two tokens"
+    assert kept(probs, p=0.3) == [True, False, False]
+    assert kept(probs, p=0.9) == [True, True, True]
+
+
+@pytest.mark.parametrize("k", [0, 3, 4])
+def test_top_p_stops_at_an_exact_hit(k):
+    """Dyadic probabilities make the cumulative sums exact: at p = 0.75 over [.5, .25, .125,
+    .125] the top two reach p exactly and nothing more is kept (upstream drops the tail whose
+    mass is <= 1 - p)."""
+    logits = np.log([0.125, 0.5, 0.125, 0.25])
+    assert kept(logits, k=k, p=0.75) == [False, True, False, True]
+    assert kept(logits, k=k, p=0.5) == [False, True, False, False]
+    assert kept(logits, k=k, p=0.875) == [True, True, False, True], "ties in probability: lowest id first"
+
+
+def test_temperature_is_applied_before_the_filters():
+    # T=10 flattens [.5, .3, .2] to ~[.35, .33, .32]: top-p 0.5 then keeps two tokens. Applying
+    # the temperature after top-p would have kept token 0 alone.
+    logits = np.log(np.array([0.5, 0.3, 0.2]))
+    params = SamplingParams(temperature=10.0, top_p=0.5)
+    draws = {Sampler().sample(logits, params, np.random.default_rng(i)) for i in range(40)}
+    assert draws == {0, 1}, f"temperature must scale the logits before top-k/top-p, got tokens {draws}"
+
+
+def test_huge_logits_at_the_smallest_temperature_are_stable():
+    logits = np.array([1e308, -1e308, 1e308, 0.0])
+    params = SamplingParams(temperature=1e-5, seed=0)
+    draws = {Sampler().sample(logits, params, np.random.default_rng(i)) for i in range(20)}
+    assert draws == {0, 2}, "the two tied maxima share the mass; no overflow, no NaN"
+    assert Sampler().sample(np.array([-1e308, -1e308 + 1e292]), params) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_same_tokens_as_the_unbatched_baseline(seed):
+    """The batched sampler draws exactly the tokens of the per-row sampler it replaced."""
+    rng = np.random.default_rng(seed)
+    rows, params = [], []
+    for _ in range(60):
+        vocab = int(rng.integers(2, 300))
+        row = rng.normal(0, rng.choice([0.1, 1.0, 8.0]), vocab)
+        if rng.random() < 0.3:
+            row = np.round(row)  # ties everywhere, at the top-k cut too
+        if rng.random() < 0.2:
+            row[rng.random(vocab) < 0.3] = -np.inf
+            row[0] = 0.0
+        rows.append(row)
+        params.append(
+            SamplingParams(
+                temperature=float(rng.choice([1e-6, 0.3, 1.0, 2.5])),
+                top_k=int(rng.choice([0, 1, 2, 5, 50, 400])),
+                top_p=float(rng.choice([1.0, 0.9, 0.5, 0.75, 0.01])),
+            )
+        )
+    for i, (row, sp) in enumerate(zip(rows, params)):
+        want = baseline_sample(row, sp, np.random.default_rng(1000 * seed + i))
+        got = Sampler().sample(row, sp, np.random.default_rng(1000 * seed + i))
+        assert got == want, f"row {i} ({sp}): batched sampler drew {got}, the baseline {want}"
+    # and as one batch (rows cut or repeated to a common width), each row with its own generator
+    batch = np.stack([np.resize(r, 64) for r in rows])
+    gens_a = [np.random.default_rng(i) for i in range(len(rows))]
+    gens_b = [np.random.default_rng(i) for i in range(len(rows))]
+    want = [baseline_sample(r, sp, g) for r, sp, g in zip(batch, params, gens_a)]
+    assert Sampler().sample_batch(batch, params, gens_b) == want, "batched rows must not influence each other"
 
 
 def test_seeded_sampling_is_reproducible_and_generator_advances():

@@ -1,6 +1,14 @@
 import pytest
 
-from mini_vllm import CacheConfig, Request, RequestStatus, SamplingParams, Scheduler, SchedulerConfig, VllmConfig
+from mini_vllm import (
+    CacheConfig,
+    Request,
+    RequestStatus,
+    SamplingParams,
+    Scheduler,
+    SchedulerConfig,
+    VllmConfig,
+)
 
 
 def make(num_blocks=64, block_size=16, caching=True, **kw):
@@ -177,7 +185,9 @@ def test_abort_running_and_waiting():
     step(sched)
     done = sched.finish_requests(["a", "b"])
     assert [r.get_finished_reason() for r in done] == ["abort", "abort"]
-    assert not sched.has_unfinished_requests() and sched.kv_cache_manager.block_pool.get_num_free_blocks() == 63
+    assert (
+        not sched.has_unfinished_requests() and sched.kv_cache_manager.block_pool.get_num_free_blocks() == 63
+    )
 
 
 def test_several_aborts_in_one_call_free_in_caller_order():
@@ -193,7 +203,9 @@ def test_several_aborts_in_one_call_free_in_caller_order():
     assert [r.request_id for r in done] == ["c", "a", "b"]
     want = blocks["c"][::-1] + blocks["a"][::-1] + blocks["b"][::-1]
     tail = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()][-len(want) :]
-    assert tail == want, f"freed blocks join the queue request by request in the order given: {tail} != {want}"
+    assert tail == want, (
+        f"freed blocks join the queue request by request in the order given: {tail} != {want}"
+    )
 
 
 def test_abort_is_seen_by_every_reader_before_the_next_step():

@@ -293,12 +293,16 @@ def run_trace(
             a = arrivals.pop(0)
             real.add_request(a.request_id, list(a.prompt_token_ids), a.max_tokens, a.eos_at)
         aborted: list[str] = []
+        t_abort = time.perf_counter()
         while aborts and aborts[0].step <= step:
             for rid in aborts.pop(0).request_ids:
                 if rid in sched.requests and not sched.requests[rid].is_finished():
                     sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
                     aborted.append(rid)
+        t_abort = time.perf_counter() - t_abort
         record = real.step(timings)
+        if timings is not None:
+            timings[-1] += t_abort
         record.aborted = aborted
         records.append(record)
         step += 1

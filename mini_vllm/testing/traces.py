@@ -110,8 +110,8 @@ def run_mini_trace(
 ) -> list[StepRecord]:
     """Drive mini's Scheduler through ``trace``; one StepRecord per ``schedule()``.
 
-    ``record=False`` skips building the records (returns ``[]``); ``timings`` receives the
-    seconds spent in ``schedule()`` + ``update_from_output()`` of each step, nothing else.
+    ``record=False`` skips building the records (returns ``[]``); ``timings`` receives, per
+    step, the seconds spent in that step's aborts, ``schedule()`` and ``update_from_output()``.
     """
     sched = Scheduler(config.to_vllm_config())
     kv = sched.kv_cache_manager
@@ -135,11 +135,13 @@ def run_mini_trace(
             )
             eos_at[a.request_id] = a.eos_at
         aborted: list[str] = []
+        t_abort = clock()
         while aborts and aborts[0].step <= step:
             for rid in aborts.pop(0).request_ids:
                 if rid in sched.requests:
                     sched.finish_requests(rid)
                     aborted.append(rid)
+        t_abort = clock() - t_abort
         t0 = clock()
         out = sched.schedule()
         t1 = clock()
@@ -151,7 +153,7 @@ def run_mini_trace(
         t2 = clock()
         finished = sched.update_from_output(out, sampled)
         if timings is not None:
-            timings.append(t1 - t0 + clock() - t2)
+            timings.append(t_abort + t1 - t0 + clock() - t2)
         if record:
             s = kv.make_prefix_cache_stats()
             records.append(

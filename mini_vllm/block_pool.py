@@ -313,9 +313,10 @@ class BlockPool:
         if num_blocks > self.free_block_queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)
+        pop = self.cached_block_hash_to_block.pop
         for block in ret:
-            if block.block_hash is not None:
-                self._maybe_evict_cached_block(block)
+            if block.block_hash is not None and pop(block.block_hash, block.block_id) is not None:
+                block.block_hash = None  # _maybe_evict_cached_block, inlined (hot path)
             block.ref_cnt = 1
         return ret
 
@@ -340,6 +341,7 @@ class BlockPool:
         Raises (and changes nothing) on a block that has no reference left: a double free.
         """
         blocks = list(ordered_blocks)
+        freed: list[KVCacheBlock] = []  # a block reaches 0 once, so even one listed twice joins once
         for i, block in enumerate(blocks):
             if block.ref_cnt <= 0 or block.is_null:
                 for undo in blocks[:i]:
@@ -347,8 +349,9 @@ class BlockPool:
                 what = "the null block" if block.is_null else f"block {block.block_id} (ref_cnt 0)"
                 raise ValueError(f"double free: {what} cannot be freed")
             block.ref_cnt -= 1
-        # dict.fromkeys: a block listed twice must still join the queue only once
-        self.free_block_queue.append_n(list(dict.fromkeys(b for b in blocks if b.ref_cnt == 0)))
+            if not block.ref_cnt:
+                freed.append(block)
+        self.free_block_queue.append_n(freed)
 
     # -- accounting ------------------------------------------------------------------------
     def get_num_free_blocks(self) -> int:

@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-from mini_vllm.testing.traces import Arrival, SchedConfig, run_mini_trace
+from mini_vllm.testing.traces import Abort, Arrival, SchedConfig, run_mini_trace
 
 pytestmark = pytest.mark.upstream
 
@@ -42,6 +42,7 @@ def assert_same(real, config, trace):
             "block_ids",
             "num_free_blocks",
             "prefix_cache",
+            "aborted",
         ):
             a, b = getattr(r, field), getattr(m, field)
             if field == "num_scheduled_tokens":
@@ -177,3 +178,99 @@ def test_duplicate_hash_chunked_prefill_under_eviction(real):
     steps = assert_same(real, config, trace)
     assert any(s.preempted for s in steps), "the trace must preempt"
     assert steps[7].prefix_cache[5] == 12, f"step 7 re-admission hits 12 tokens, got {steps[7].prefix_cache}"
+
+
+def test_eos_on_the_first_token(real):
+    """A request whose first sampled token is EOS stops in its prefill step, frees its blocks
+    at once, and the one behind it is admitted the next step."""
+    config = SchedConfig(
+        num_gpu_blocks=5, block_size=4, max_num_seqs=1, max_num_batched_tokens=16, max_model_len=16
+    )
+    steps = assert_same(
+        real, config, [Arrival(0, "a", tokens(9), 5, eos_at=0), Arrival(0, "b", tokens(9, 3), 2, eos_at=1)]
+    )
+    assert steps[0].finished == [("a", "stop")] and steps[2].finished == [("b", "stop")]
+
+
+def test_aborts_mid_flight_one_id_at_a_time(real):
+    """Aborts of a running request mid chunked prefill, a preempted one, a waiting one and an
+    already finished id (skipped), one id per call."""
+    shared = tokens(24)
+    trace = [
+        Arrival(0, "a", shared + tokens(6, 1), 6),
+        Arrival(0, "b", shared + tokens(5, 2), 8),
+        Arrival(1, "c", tokens(20, 3), 4),
+        Arrival(2, "d", shared + tokens(3, 4), 5),
+        Abort(2, ("b",)),
+        Abort(4, ("d", "c")),
+        Abort(6, ("a", "zz")),
+    ]
+    config = SchedConfig(
+        num_gpu_blocks=12,
+        block_size=4,
+        max_num_seqs=4,
+        max_num_batched_tokens=10,
+        long_prefill_token_threshold=6,
+        max_model_len=44,
+    )
+    steps = assert_same(real, config, trace)
+    assert sum(len(s.aborted) for s in steps) >= 3
+
+
+def test_without_chunked_prefill(real):
+    config = SchedConfig(
+        num_gpu_blocks=20,
+        block_size=4,
+        max_num_seqs=4,
+        max_num_batched_tokens=40,
+        max_model_len=40,
+        enable_chunked_prefill=False,
+    )
+    trace = [
+        Arrival(0, "a", tokens(30), 4),
+        Arrival(0, "b", tokens(25, 1), 4),
+        Arrival(1, "c", tokens(8, 2), 9),
+    ]
+    steps = assert_same(real, config, trace)
+    assert steps[0].num_scheduled_tokens == {"a": 30}, (
+        "b does not fit the rest of the budget and is not chunked"
+    )
+
+
+def family_trace(seed: int) -> tuple[SchedConfig, list]:
+    """Shared prefixes prefilled in small chunks at the same time in a pool too small for all of
+    them (duplicate-hash blocks, evictions, preemptions), EOS on some first tokens, single-id
+    aborts mid-flight, block sizes from 1 to 64."""
+    rng = random.Random(1000 + seed)
+    block_size = [1, 2, 3, 4, 8, 16, 32, 64][seed % 8]
+    max_model_len = rng.choice([2, 3, 4]) * max(block_size, 8)
+    num_blocks = -(-max_model_len // block_size) + rng.randint(1, 4)
+    max_num_seqs = rng.randint(2, 5)
+    config = SchedConfig(
+        num_gpu_blocks=num_blocks,
+        block_size=block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=rng.randint(max_num_seqs, max_num_seqs + 12),
+        long_prefill_token_threshold=rng.choice([1, 2, 3, 4, 7]),
+        enable_prefix_caching=seed % 5 != 4,
+        max_model_len=max_model_len,
+    )
+    base = tokens(max_model_len, seed)
+    trace: list = []
+    n = rng.randint(3, 7)
+    for i in range(n):
+        plen = rng.randint(1, max_model_len - 1)
+        prompt = base[:plen] if rng.random() < 0.7 else tokens(plen, 50 + i)
+        eos_at = 0 if rng.random() < 0.2 else (rng.randint(1, 6) if rng.random() < 0.2 else None)
+        trace.append(
+            Arrival(rng.randint(0, 4), f"f{i}", prompt, rng.randint(1, max_model_len - plen), eos_at)
+        )
+    for _ in range(rng.randint(0, 3)):
+        trace.append(Abort(rng.randint(1, 12), (f"f{rng.randrange(n)}",)))
+    return config, trace
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_trace_families(real, seed):
+    config, trace = family_trace(seed)
+    assert_same(real, config, trace)

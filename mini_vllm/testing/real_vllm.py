@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -230,19 +231,21 @@ class RealScheduler:
             sampled_token_ids=sampled,
         )
 
-    def step(self, timings: list[float] | None = None) -> StepRecord:
+    def step(
+        self, timings: list[float] | None = None, clock: Callable[[], float] = time.perf_counter
+    ) -> StepRecord:
         """``schedule()`` → fake runner → ``update_from_output()``; what happened, as a StepRecord.
 
         ``timings`` receives the seconds of ``schedule()`` + ``update_from_output()`` alone."""
         sched = self.scheduler
-        t0 = time.perf_counter()
+        t0 = clock()
         out = sched.schedule()
-        t1 = time.perf_counter()
+        t1 = clock()
         runner_output = self.fake_model_runner_output(out)
-        t2 = time.perf_counter()
+        t2 = clock()
         engine_outputs = sched.update_from_output(out, runner_output)
         if timings is not None:
-            timings.append(t1 - t0 + time.perf_counter() - t2)
+            timings.append(t1 - t0 + clock() - t2)
         finished: list[tuple[str, str]] = []
         stats = None
         for eco in engine_outputs.values():
@@ -278,6 +281,7 @@ def run_trace(
     max_steps: int = 10_000,
     *,
     timings: list[float] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[StepRecord]:
     """Drive the real Scheduler through ``trace``; one StepRecord per ``schedule()``.
 
@@ -293,14 +297,14 @@ def run_trace(
             a = arrivals.pop(0)
             real.add_request(a.request_id, list(a.prompt_token_ids), a.max_tokens, a.eos_at)
         aborted: list[str] = []
-        t_abort = time.perf_counter()
+        t_abort = clock()
         while aborts and aborts[0].step <= step:
             for rid in aborts.pop(0).request_ids:
                 if rid in sched.requests and not sched.requests[rid].is_finished():
                     sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
                     aborted.append(rid)
-        t_abort = time.perf_counter() - t_abort
-        record = real.step(timings)
+        t_abort = clock() - t_abort
+        record = real.step(timings, clock)
         if timings is not None:
             timings[-1] += t_abort
         record.aborted = aborted

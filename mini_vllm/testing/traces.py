@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..config import CacheConfig, SchedulerConfig, VllmConfig
@@ -107,11 +107,13 @@ def run_mini_trace(
     *,
     record: bool = True,
     timings: list[float] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[StepRecord]:
     """Drive mini's Scheduler through ``trace``; one StepRecord per ``schedule()``.
 
     ``record=False`` skips building the records (returns ``[]``); ``timings`` receives, per
-    step, the seconds spent in that step's aborts, ``schedule()`` and ``update_from_output()``.
+    step, the seconds spent in that step's aborts, ``schedule()`` and ``update_from_output()``,
+    read from ``clock``.
     """
     sched = Scheduler(config.to_vllm_config())
     kv = sched.kv_cache_manager
@@ -119,7 +121,6 @@ def run_mini_trace(
     eos_at: dict[str, int | None] = {}
     records: list[StepRecord] = []
     step = 0
-    clock = time.perf_counter
     while arrivals or aborts or sched.has_unfinished_requests():
         while arrivals and arrivals[0].step <= step:
             a = arrivals.pop(0)

@@ -10,7 +10,7 @@ One step, exactly as upstream orders it::
 
     out = scheduler.schedule()                           # who runs, how many tokens each
     logits = model.forward(last token, its position)     # one row per scheduled request
-    token = sampler.sample(row) where needs_sample       # mid-prefill chunks sample nothing
+    tokens = sampler.sample_batch(rows that needs_sample) # mid-prefill chunks sample nothing
     finished = scheduler.update_from_output(out, tokens) # advance counters, stop, free KV
 
 The toy model only needs the *last* scheduled position of each request (it ignores the KV

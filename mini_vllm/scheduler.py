@@ -9,8 +9,14 @@ tokens so ``num_computed_tokens`` catches up with ``num_tokens``. A step::
     RUNNING, in order:   n = min(behind, threshold, budget, max_model_len-1-computed)
                          allocate_slots(n); on None preempt running[-1] and retry
     WAITING, FCFS:       only if nobody was preempted this step and len(running) < max_num_seqs;
-                         prefix hits first; the whole current sequence must fit; a failure stops
+                         prefix hits first; the whole current sequence must fit; without chunked
+                         prefill a prompt that overflows the budget waits; a failure stops
                          admission (head-of-line blocking is deliberate)
+
+Built from a ``VllmConfig`` (``config.py``), which it never re-checks; it owns its
+``KVCacheManager``, as upstream's does. ``finish_requests`` is O(1) per id: it frees the
+request's blocks at once and marks it finished, and ``running``/``waiting`` drop finished
+requests in one sweep the next time they are read (upstream removes one id from a list per call).
 
 Left out (see README): async scheduling and output placeholders, speculative decoding,
 structured output, encoder inputs, KV connectors, LoRA limits, PRIORITY policy, pipeline

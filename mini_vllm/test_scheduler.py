@@ -127,8 +127,13 @@ def test_no_admission_in_a_step_that_preempted():
     add(sched, "b", 8, max_tokens=8, first=100)
     step(sched)
     add(sched, "c", 1)  # fits in the budget and would fit after b's blocks were freed
+    sched.kv_cache_manager.make_prefix_cache_stats()  # start counting lookups afresh
     out, _ = step(sched)
     assert out.preempted_req_ids == {"b"} and "c" not in out.num_scheduled_tokens
+    stats = sched.kv_cache_manager.make_prefix_cache_stats()
+    assert stats.requests == stats.preempted_requests == 0, (
+        "a step that preempts must not even look at the waiting queue (no prefix-cache lookup)"
+    )
 
 
 def test_admission_needs_room_for_the_whole_sequence():
@@ -230,3 +235,15 @@ def test_update_from_output_once_per_schedule():
     sched.update_from_output(out, {"a": 1})
     with pytest.raises(ValueError):
         sched.update_from_output(out, {"a": 1})
+
+
+def test_counters_move_in_update_from_output():
+    """A deliberate difference: vLLM advances num_computed_tokens at the end of schedule() (for
+    async scheduling); mini advances it in update_from_output, so between the two calls a request
+    still shows the state before the step, which is what needs_sample reads."""
+    sched = make()
+    r = add(sched, "a", 5)
+    out = sched.schedule()
+    assert r.num_computed_tokens == 0 and Scheduler.needs_sample(r, out.num_scheduled_tokens["a"])
+    sched.update_from_output(out, {"a": 7})
+    assert (r.num_computed_tokens, r.num_tokens) == (5, 6)

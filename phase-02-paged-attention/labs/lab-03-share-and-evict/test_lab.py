@@ -118,7 +118,7 @@ def test_caching_disabled_means_no_sharing():
 
 
 def test_partial_tail_block_at_block_size_8():
-    kv = KVCacheManager(num_gpu_blocks=12, block_size=8)
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=12, block_size=8))
     prompt = list(range(200, 230))                       # 30 tokens: 3 full blocks of 8 + 6 in the tail
     a = lab.prefill(kv, prompt, "A")
     assert len(kv.get_block_ids("A")) == 4 and a.cached == 0, "30 tokens at block size 8 need 4 blocks"

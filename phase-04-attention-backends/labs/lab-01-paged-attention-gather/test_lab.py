@@ -92,3 +92,49 @@ def test_single_token_sequence():
         "with one token the softmax weight is 1, so the output must be exactly that token's V row; "
         "check the first block (m starts at -inf; corr must be 0, not NaN)"
     )
+
+
+def test_all_scores_below_minus_700():
+    # score_t = K[t, 0] (q points along axis 0, length sqrt(D)); every score lies near -790
+    rng = np.random.default_rng(5)
+    q = np.zeros(D)
+    q[0] = np.sqrt(D)
+    K, V = rng.standard_normal((11, D)), rng.standard_normal((11, D))
+    K[:, 0] = -790.0 + 5.0 * rng.standard_normal(11)
+    table = [4, 0, 5]
+    out = lab.paged_online_attention(q, _cache(K, table), _cache(V, table), table, 11)
+    assert np.all(np.isfinite(out)), (
+        "every score is below -700, so exp(s) underflows to 0 and denom became 0: start the running "
+        "max at m = -inf (not 0) so the first block sets m to its own max and exp(s - m) stays near 1"
+    )
+    assert np.max(np.abs(out - _oracle(q, K, V))) < 1e-9, "all-negative (~ -790) scores differ from dense"
+
+
+from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(block_size=st.sampled_from([1, 2, 3, 5]), seq_len=st.integers(1, 17),
+       shift=st.sampled_from([-1000.0, -745.0, 0.0, 600.0, 1000.0]), spread=st.sampled_from([0.1, 3.0, 800.0]),
+       seed=st.integers(0, 2**16))
+def test_property_matches_float64_reference(block_size, seq_len, shift, spread, seed):
+    # scores = shift + spread * noise, placed in a random block table; any block size, any length
+    rng = np.random.default_rng(seed)
+    q = np.zeros(D)
+    q[0] = np.sqrt(D)
+    K, V = rng.standard_normal((seq_len, D)), rng.standard_normal((seq_len, D))
+    K[:, 0] = shift + spread * rng.standard_normal(seq_len)
+    n_blocks = -(-seq_len // block_size)
+    table = [int(b) for b in rng.permutation(n_blocks + 2)[:n_blocks]]
+    cache_k = np.full((n_blocks + 2, block_size, D), np.nan)
+    cache_v = np.full((n_blocks + 2, block_size, D), np.nan)
+    for t in range(seq_len):
+        cache_k[table[t // block_size], t % block_size] = K[t]
+        cache_v[table[t // block_size], t % block_size] = V[t]
+    out = lab.paged_online_attention(q, cache_k, cache_v, table, seq_len)
+    want = _oracle(q, K, V)
+    assert np.all(np.isfinite(out)) and np.max(np.abs(out - want)) < 1e-9, (
+        f"block_size={block_size}, seq_len={seq_len}, scores = {shift} + {spread}*noise: output differs from "
+        f"the float64 reference ({out[:3]} vs {want[:3]}). Start m at -inf, exponentiate s - m_new only, and "
+        f"rescale acc and denom by exp(m_old - m_new)"
+    )

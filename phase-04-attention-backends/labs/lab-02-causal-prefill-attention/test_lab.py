@@ -100,3 +100,22 @@ def test_dense_causal_reference():
     got = lab.dense_causal_attention(Q[2:], K, V, 2)
     err = np.max(np.abs(got - _oracle(Q[2:], K, V, 2)))
     assert err < 1e-12, f"dense_causal_attention with start_pos=2 differs from masked attention by {err:.2e}"
+
+
+def test_three_or_more_chunks_other_block_size():
+    # block_size 3 (not 4), V rows 5 wide (not D), and chunkings of 3, 4 and 11 pieces
+    rng = np.random.default_rng(5)
+    n, d_v, block_size = 11, 5, 3
+    Q, K, V = rng.standard_normal((n, D)), rng.standard_normal((n, D)), rng.standard_normal((n, d_v))
+    table = [2, 6, 0, 4]
+    want = _oracle(Q, K, V, 0)
+    for chunks in ([4, 3, 4], [2, 5, 1, 3], [1] * n):
+        kc, vc = np.full((8, block_size, D), np.nan), np.full((8, block_size, d_v), np.nan)
+        out = lab.chunked_prefill(Q, K, V, chunks, kc, vc, table)
+        assert out.shape == (n, d_v), f"chunks {chunks}: expected ({n}, {d_v}) (one row of V's width per query), got {out.shape}"
+        err = np.max(np.abs(out - want))
+        assert np.all(np.isfinite(out)) and err < 1e-9, (
+            f"chunks {chunks} (block_size 3) differ from one-shot causal attention by {err:.2e}: chunk j "
+            f"starts at sum(chunk_sizes[:j]) (advance start by each size, start = end), and write_chunk "
+            f"must take block_size and each cache's row width from that cache's own shape"
+        )

@@ -107,3 +107,52 @@ def test_attend_partial_keeps_acc_unnormalised():
     assert abs(acc[0] - (10 * np.exp(-2.0) + 20.0)) < 1e-12, (
         f"acc should be 10e^-2 + 20 = 21.3534 (NOT divided by denom), got {acc[0]}"
     )
+
+
+def _scored(scores, seed):
+    """q along axis 0 with length sqrt(D), so key t's score is exactly K[t, 0] = scores[t]."""
+    rng = np.random.default_rng(seed)
+    q = np.zeros(D)
+    q[0] = np.sqrt(D)
+    K, V = rng.standard_normal((len(scores), D)), rng.standard_normal((len(scores), D))
+    K[:, 0] = scores
+    return q, K, V
+
+
+def test_all_scores_below_minus_700_with_empty_partitions():
+    rng = np.random.default_rng(6)
+    q, K, V = _scored(-790.0 + 5.0 * rng.standard_normal(6), seed=6)
+    want = _dense(q, K, V)
+    for p in (3, 10):                       # 10 partitions over 6 keys: 4 empty summaries
+        out = lab.partitioned_attention(q, K, V, p)
+        assert np.all(np.isfinite(out)), (
+            f"{p} partitions, every score near -790: the merge produced NaN. An empty summary must have "
+            f"m = -inf (not 0): with m = 0 the real partitions get weight exp(-790 - 0) = 0 and denom is 0"
+        )
+        assert np.max(np.abs(out - want)) < 1e-9, f"{p} partitions with scores near -790 differ from dense"
+
+
+from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(n=st.integers(1, 24), cuts=st.lists(st.integers(0, 24), max_size=6),
+       shift=st.sampled_from([-1000.0, -760.0, 0.0, 750.0]), spread=st.sampled_from([0.1, 2.0, 900.0]),
+       seed=st.integers(0, 2**16), tree=st.booleans())
+def test_property_random_splits_match_float64_reference(n, cuts, shift, spread, seed, tree):
+    # any cut points (repeated cuts make empty parts), scores over extreme ranges, fold or tree merge
+    rng = np.random.default_rng(seed)
+    q, K, V = _scored(shift + spread * rng.standard_normal(n), seed)
+    bounds = [0] + sorted(min(c, n) for c in cuts) + [n]
+    parts = [lab.attend_partial(q, K[a:b], V[a:b]) for a, b in zip(bounds, bounds[1:])]
+    if tree:                                 # pairwise rounds: ((p0 p1) (p2 p3)) ...
+        while len(parts) > 1:
+            parts = [lab.merge_two(*parts[i:i + 2]) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+    out = lab.merge_partials(parts)
+    want = _dense(q, K, V)
+    assert np.all(np.isfinite(out)) and np.max(np.abs(out - want)) < 1e-9, (
+        f"{n} keys cut at {bounds[1:-1]}, scores {shift} + {spread}*noise, {'tree' if tree else 'fold'} merge: "
+        f"{out[:3]} vs dense {want[:3]}. Empty parts are (m=-inf, denom=0, acc=0); merge with "
+        f"exp(m_i - max(m_a, m_b)), whose exponent is never positive"
+    )

@@ -129,3 +129,95 @@ def test_full_shape_fp16_matches_reference_gpu():
         out = lab.flash_decode(q, k, v, tables, seq, s).float()
         err = (out - ref).abs().max().item()
         assert err < 1e-2, f"S={s} on full shapes (fp16, fp32 accumulators): max |diff| {err:.2e} > 1e-2"
+
+
+def _dense_np(q, K, V):
+    s = K @ q / np.sqrt(q.shape[-1])
+    w = np.exp(s - s.max())
+    return (w / w.sum()) @ V
+
+
+@pytest.mark.triton
+def test_distinct_strides_for_every_operand():
+    # q: every other head of a wider tensor; K: NHD contiguous; V: stored HND and viewed as NHD;
+    # block tables: a column slice of a wider table; block_size 3 and tiles of 4 tokens (ragged pages)
+    g = torch.Generator().manual_seed(1)
+    block, nblocks, seq = 3, 9, [7, 11]
+    q = torch.randn(B, 2 * H, D, generator=g)[:, ::2]
+    k = torch.randn(nblocks, block, H_KV, D, generator=g)
+    v = torch.randn(nblocks, H_KV, block, D, generator=g).permute(0, 2, 1, 3)
+    wide = torch.stack([torch.randperm(nblocks, generator=g)[:6] for _ in range(B)]).to(torch.int32)
+    tables = wide[:, 1:5]
+    assert v.stride(1) != k.stride(1) and tables.stride(0) != tables.shape[1] and q.stride(1) != D
+    out = lab.flash_decode(q, k, v, tables, torch.tensor(seq, dtype=torch.int32), 2, tile=4).double().numpy()
+    for b, n in enumerate(seq):
+        tok = np.arange(n)
+        pages = tables[b].numpy()[tok // block]
+        for h in range(H):
+            K = k.numpy()[pages, tok % block, h // GROUP].astype(np.float64)
+            V = v.numpy()[pages, tok % block, h // GROUP].astype(np.float64)
+            want = _dense_np(q[b, h].double().numpy(), K, V)
+            err = np.max(np.abs(out[b, h] - want))
+            assert err < 1e-5, (
+                f"sequence {b}, head {h}: differs from dense by {err:.2e} when q, K, V and the block table "
+                f"each have their own strides (V stored head-major, the table a column slice, q every other "
+                f"head). Pass and use each tensor's own .stride(): V's strides are not K's, a table row is "
+                f"stride(0) apart (not shape[1]), and q's heads are stride(1) apart"
+            )
+
+
+@pytest.mark.triton
+def test_all_scores_far_below_zero(tiny):
+    # every score is about -200: exp(-200) is 0 in float32, so only m = -inf as the start survives
+    q, k, v, tables, seq_lens = tiny
+    k2, q2 = k.clone(), q.clone()
+    k2[..., 0] = 1.0
+    q2[..., 0] = -200.0 * D ** 0.5
+    want = np.zeros((B, H, D))
+    for b, n in enumerate(SEQ_LENS):
+        for h in range(H):
+            K, V = _keys(k2, v, tables, b, n, h // GROUP)
+            want[b, h] = _dense_np(q2[b, h].double().numpy(), K, V)
+    for s in (3,):                          # S=3: the merge kernel pads the splits to 4 lanes
+        out = lab.flash_decode(q2, k2, v, tables, seq_lens, s, tile=TILE).double().numpy()
+        assert np.all(np.isfinite(out)), (
+            f"S={s}, every score near -200: NaN. exp(-200) underflows to 0 in float32, so any max that "
+            f"starts at 0 (kernel 1's running max, or the merge's padding lanes loaded with other=0) "
+            f"zeroes every weight; use -inf for both"
+        )
+        assert np.max(np.abs(out - want)) < 1e-4, f"S={s}: scores near -200 differ from dense"
+
+
+def _huge_int8(n):
+    """n int8 elements; on CPU an untouched anonymous mapping, so only the pages written cost memory."""
+    if torch.cuda.is_available():
+        return torch.zeros(n, dtype=torch.int8, device="cuda"), None
+    import mmap
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+    mm = mmap.mmap(-1, n, flags=flags)
+    return torch.frombuffer(mm, dtype=torch.int8, count=n), mm
+
+
+@pytest.mark.triton
+def test_offsets_past_2_pow_31_elements():
+    # Page 4 of this K cache starts at element 4 * 2**30 = 2**32: an int32 offset wraps to 0 and reads
+    # page 0 instead. Only two 4 KiB pages of the 4 GiB mapping are ever touched.
+    stride = 1 << 30
+    big, keep = _huge_int8(4 * stride + BLOCK * D)
+    k = torch.as_strided(big, (5, BLOCK, 1, D), (stride, D, D, 1))
+    g = torch.Generator().manual_seed(2)
+    k[4] = torch.randint(-3, 4, (BLOCK, 1, D), generator=g, dtype=torch.int8).to(k.device)
+    k[0] = torch.randint(-3, 4, (BLOCK, 1, D), generator=g, dtype=torch.int8).to(k.device)
+    v = torch.randn(5, BLOCK, 1, D, generator=g).to(k.device)
+    q = torch.randn(1, 1, D, generator=g).to(k.device)
+    tables = torch.tensor([[4]], dtype=torch.int32, device=k.device)
+    out = lab.flash_decode(q, k, v, tables, torch.tensor([3], dtype=torch.int32, device=k.device), 1, tile=4)
+    want = _dense_np(q[0, 0].double().cpu().numpy(), k[4, :3, 0].double().cpu().numpy(),
+                     v[4, :3, 0].double().cpu().numpy())
+    err = np.max(np.abs(out[0, 0].double().cpu().numpy() - want))
+    del k, big, keep
+    assert err < 1e-5, (
+        f"K page 4 starts at element 2**32 and the output is off by {err:.2e}: the row offset "
+        f"page * stride overflowed int32. Cast the page id to int64 (tl.load(...).to(tl.int64)) before "
+        f"multiplying by the stride; real KV caches are larger than 2**31 elements"
+    )

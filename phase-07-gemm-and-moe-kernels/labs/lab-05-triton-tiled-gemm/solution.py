@@ -80,14 +80,15 @@ def matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     tile_m, tile_n = _grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)          # this tile's rows of A and C
-    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)          # this tile's columns of B and C
+    # int64 offsets: rows * stride_am alone passes 2**31 on real activations and weights
+    rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)   # this tile's rows of A and C
+    cols = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)   # this tile's columns of B and C
     row_ok = rows < M
     col_ok = cols < N
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)     # registers, for the whole K walk
     for k0 in range(0, K, BLOCK_K):                          # ceil(K / BLOCK_K) steps; the last may be partial
-        ks = k0 + tl.arange(0, BLOCK_K)
+        ks = (k0 + tl.arange(0, BLOCK_K)).to(tl.int64)
         k_ok = ks < K
         a_tile = tl.load(A + rows[:, None] * stride_am + ks[None, :] * stride_ak,
                          mask=row_ok[:, None] & k_ok[None, :], other=0.0)

@@ -79,6 +79,53 @@ def test_group_size_does_not_change_the_result():
     assert (c1 - a @ b).abs().max().item() < 1e-4, "and both must equal torch.matmul"
 
 
+@pytest.mark.triton
+def test_every_operand_strided_non_square_tiles():
+    # A: a column slice of a transposed buffer (neither stride is 1); B: a column slice of a wider matrix;
+    # non-square 32 x 16 tiles with BLOCK_K 16 (so the grid is cdiv(M, 32) * cdiv(N, 16) programs)
+    a = _rand(40, 30, seed=11).T[:, 5:25]            # (30, 20), strides (1, 30)
+    b = _rand(20, 50, seed=12)[:, 7:40]              # (20, 33), strides (50, 1)
+    c = lab.matmul(a, b, block_m=32, block_n=16, block_k=16, group_m=2)
+    err = (c - a @ b).abs().max().item()
+    assert err < 1e-4, (
+        f"A (strides {a.stride()}) @ B (strides {b.stride()}) with 32 x 16 tiles differs by {err:.2e}: address A "
+        f"through stride_am/stride_ak and B through stride_bk/stride_bn, and size the grid as "
+        f"cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) — BLOCK_M and BLOCK_N need not be equal"
+    )
+
+
+def _huge_fp16(n):
+    """n fp16 elements; on CPU an untouched anonymous mapping, so only the pages written cost memory."""
+    if torch.cuda.is_available():
+        return torch.zeros(n, dtype=torch.float16, device="cuda"), None
+    import mmap
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+    mm = mmap.mmap(-1, 2 * n, flags=flags)
+    return torch.frombuffer(mm, dtype=torch.float16, count=n), mm
+
+
+@pytest.mark.triton
+def test_offsets_past_2_pow_31_elements():
+    # A starts 2**31 elements into a buffer and its row 2 sits 2 * (2**30 + 8) = 2**31 + 16 elements past A's
+    # start: in int32 that offset wraps to -2**31 + 16, the buffer's first (all-zero) row. The 8 GiB buffer is
+    # virtual on CPU: only the pages holding A's three rows are ever touched.
+    stride = (1 << 30) + 8
+    big, keep = _huge_fp16((1 << 31) + 2 * stride + 16)
+    a = torch.as_strided(big, (3, 16), (stride, 1), 1 << 31)
+    for r in range(3):
+        a[r] = _rand(16, seed=20 + r, dtype=torch.float16).to(a.device)
+    b = _rand(16, 16, seed=13, dtype=torch.float16).to(a.device)
+    c = lab.matmul(a, b, out_dtype=torch.float32)
+    want = a.float() @ b.float()
+    err = (c - want).abs().max().item()
+    del a, big, keep
+    assert err < 1e-2, (
+        f"A's row 2 starts 2**31 + 16 elements past A and C differs from torch by {err:.2e}: rows * stride_am overflowed "
+        f"int32. Compute the row, column and K offsets in int64 (e.g. rows = (...).to(tl.int64)); real "
+        f"activations and weights pass 2**31 elements"
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.triton
 def test_full_shape_bf16_matches_torch_gpu():

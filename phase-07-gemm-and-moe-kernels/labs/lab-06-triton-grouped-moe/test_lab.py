@@ -129,6 +129,66 @@ def test_ragged_hidden_sizes():
     )
 
 
+@pytest.mark.triton
+def test_every_operand_strided_other_block_sizes():
+    # x: a column slice of a wider activation; w: (E, N, K) storage viewed as (E, K, N), the way vLLM stores
+    # w13 and passes its transpose; out: a column slice of a wider buffer; BLOCK_M 32, BLOCK_K 32 (not 16)
+    g = torch.Generator().manual_seed(21)
+    ids = torch.tensor([[0, 1], [1, 2], [2, 0], [1, 1], [0, 2]])           # expert 3 (the highest) gets no rows
+    n = ids.numel()
+    x = torch.randn(5, D + 9, generator=g)[:, 4:4 + D]
+    w = torch.randn(E, F, D, generator=g).transpose(1, 2)                   # (E, D, F), strides (F*D, 1, D)
+    out_wide = torch.full((n + 1, F + 5), 7.0)
+    out = out_wide[:, 2:2 + F]
+    s, e, n_post = lab.moe_align(ids, E, 32)
+    lab.invoke_grouped_gemm(x, w, out, s, e, n_post, top_k=K, num_valid=n, block_m=32, block_n=16, block_k=32)
+    want = torch.stack([x[i // K] @ w[int(ids.reshape(-1)[i])] for i in range(n)])
+    err = (out[:n] - want).abs().max().item()
+    assert err < 1e-4, (
+        f"x (strides {x.stride()}), w (strides {w.stride()}) and out (strides {out.stride()}) each with their own "
+        f"layout, BLOCK_M = BLOCK_K = 32: max error {err:.2e}. Pass every tensor's own .stride() to the kernel; "
+        f"the expert weight is often a transposed view (stride_wk = 1)"
+    )
+    assert (out_wide[:, :2] == 7.0).all() and (out_wide[:, 2 + F:] == 7.0).all(), (
+        "columns outside the output slice were written: store through out.stride(0), not a row width of N"
+    )
+
+
+def _huge_fp16(n):
+    """n fp16 elements; on CPU an untouched anonymous mapping, so only the pages written cost memory."""
+    if torch.cuda.is_available():
+        return torch.zeros(n, dtype=torch.float16, device="cuda"), None
+    import mmap
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+    mm = mmap.mmap(-1, 2 * n, flags=flags)
+    return torch.frombuffer(mm, dtype=torch.float16, count=n), mm
+
+
+@pytest.mark.triton
+def test_expert_offsets_past_2_pow_31_elements():
+    # Expert 2's weights start 2 * (2**30 + 8) = 2**31 + 16 elements past w: in int32, expert * stride_we
+    # wraps to -2**31 + 16, inside the (all-zero) first pages of the buffer w sits in. The 8 GiB buffer is
+    # virtual on CPU: only the three experts' pages are touched. Real stacked expert weights pass 2**31.
+    stride = (1 << 30) + 8
+    big, keep = _huge_fp16((1 << 31) + 2 * stride + D * F)
+    w = torch.as_strided(big, (3, D, F), (stride, F, 1), 1 << 31)
+    g = torch.Generator().manual_seed(22)
+    for e in range(3):
+        w[e] = torch.randn(D, F, generator=g).to(torch.float16).to(w.device)
+    x = torch.randn(3, D, generator=g).to(torch.float16).to(w.device)
+    ids = torch.tensor([[2], [0], [2]], device=w.device)
+    s, e_ids, n_post = lab.moe_align(ids, 3, 16)
+    out = torch.zeros(4, F, device=w.device)
+    lab.invoke_grouped_gemm(x, w, out, s, e_ids, n_post, top_k=1, num_valid=3)
+    want = torch.stack([x[i].float() @ w[int(ids[i, 0])].float() for i in range(3)])
+    err = (out[:3] - want).abs().max().item()
+    del w, big, keep
+    assert err < 1e-2, (
+        f"expert 2's weights start 2**31 + 16 elements into w and the output is off by {err:.2e}: "
+        f"expert * stride_we overflowed int32; load the expert id and cast it to int64 before multiplying"
+    )
+
+
 def test_padding_is_the_price_of_alignment():
     ids = torch.tensor([[e, (e + 1) % 8] for e in range(8)])     # decode batch 8, top-2: every expert gets 2 rows
     valid, padded = lab.padding_waste(ids, 8, 16)

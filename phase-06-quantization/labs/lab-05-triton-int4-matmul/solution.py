@@ -45,8 +45,8 @@ def _int4_matmul_kernel(
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)   # int64: offs_n * stride_pn passes 2**31
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)   # on large weights (an lm_head)
     offs_j = tl.arange(0, BLOCK_K // 2)                 # packed byte index inside one K step
     m_ok = offs_m < M
     n_ok = offs_n < N

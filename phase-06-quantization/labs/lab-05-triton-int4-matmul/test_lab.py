@@ -100,6 +100,76 @@ def test_ragged_m_and_n_are_masked():
         assert err < 1e-4, f"M={m}, N=24: error {err:.2e}; mask loads and stores with offs_m < M and offs_n < N"
 
 
+def _kernel(x, packed, scales, y, group, block_n=16, block_k=32):
+    """Launch the learner's kernel directly with each operand's own row stride (the launcher copies
+    its inputs to contiguous ones, so only a direct launch can hand the kernel a strided view)."""
+    M, K = x.shape
+    N = packed.shape[0]
+    lab._int4_matmul_kernel[(triton_cdiv(M, 16), triton_cdiv(N, block_n))](
+        x, packed, scales, y, M, N, K, x.stride(0), packed.stride(0), scales.stride(0), y.stride(0),
+        GROUP=group, BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k,
+    )
+
+
+def triton_cdiv(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.triton
+def test_kernel_honours_every_row_stride():
+    # x, packed, scales and y are each a column slice of a wider buffer: every row stride differs from the width
+    packed, scales, w_ref = _quantized(20, 64, 32, seed=10)
+    x_wide = _x(5, 64 + 24, seed=11)
+    x = x_wide[:, 8:72]                                               # (5, 64), row stride 88
+    p_wide = torch.full((20, 32 + 5), 0x88, dtype=torch.uint8)
+    p_wide[:, 3:35] = packed
+    s_wide = torch.full((20, 2 + 3), 1000.0, dtype=torch.float16)
+    s_wide[:, 1:3] = scales
+    y_wide = torch.full((5, 20 + 7), 7.0)
+    y = y_wide[:, 4:24]
+    _kernel(x, p_wide[:, 3:35], s_wide[:, 1:3], y, 32)
+    err = np.abs(y.double().numpy() - x.double().numpy() @ w_ref.T).max()
+    assert err < 1e-4, (
+        f"with x, packed, scales and y each a column slice of a wider buffer the output is off by {err:.2e}: "
+        f"step between rows with stride_xm, stride_pn, stride_sn and stride_ym, never with K, K // 2, "
+        f"K // GROUP or N"
+    )
+    assert (y_wide[:, :4] == 7.0).all() and (y_wide[:, 24:] == 7.0).all(), (
+        "columns of y's buffer outside the slice were written: store rows stride_ym apart"
+    )
+
+
+def _huge_uint8(n):
+    """n bytes; on CPU an untouched anonymous mapping, so only the pages written cost memory."""
+    if torch.cuda.is_available():
+        return torch.full((n,), 0x88, dtype=torch.uint8, device="cuda"), None
+    import mmap
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+    mm = mmap.mmap(-1, n, flags=flags)
+    return torch.frombuffer(mm, dtype=torch.uint8, count=n), mm
+
+
+@pytest.mark.triton
+def test_offsets_past_2_pow_31_elements():
+    # Row 2 of this packed weight starts 2 * (2**30 + 64) = 2**31 + 128 bytes past its first row: in int32,
+    # offs_n * stride_pn wraps to -2**31 + 128, inside the untouched pages before it. The 4 GiB buffer is
+    # virtual on CPU; only three rows' pages are touched. A real weight (an lm_head) passes 2**31 bytes.
+    packed, scales, w_ref = _quantized(3, 64, 32, seed=12)
+    stride = (1 << 30) + 64
+    big, keep = _huge_uint8((1 << 31) + 2 * stride + 32)
+    p = torch.as_strided(big, (3, 32), (stride, 1), 1 << 31)
+    p.copy_(packed.to(p.device))
+    x = _x(2, 64, seed=13).to(p.device)
+    y = torch.zeros(2, 3, device=p.device)
+    _kernel(x, p, scales.to(p.device), y, 32)
+    err = np.abs(y.double().cpu().numpy() - x.double().cpu().numpy() @ w_ref.T).max()
+    del p, big, keep
+    assert err < 1e-4, (
+        f"the packed row 2**31 + 128 bytes in is read wrongly (error {err:.2e}): offs_n * stride_pn overflowed "
+        f"int32. Make the row offsets int64 (offs_n = (...).to(tl.int64), and the same for offs_m)"
+    )
+
+
 # --- the byte model (no kernel) ---------------------------------------------------------------
 
 def test_weight_bytes_model():

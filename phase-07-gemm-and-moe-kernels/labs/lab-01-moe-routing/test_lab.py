@@ -29,6 +29,39 @@ def test_route_selects_then_normalises():
     assert ids.tolist() == [[1, 2]], f"a tie between experts 1 and 2 goes to the lower id first; got {ids.tolist()}"
 
 
+def test_route_large_router_logits():
+    # logits of several thousand: exp(logit) is inf in float64, exp(logit - max) is not
+    x = np.array([[3000.0, 2990.0, -5.0, 2000.0], [800.0, -800.0, 10.0, 0.0]])
+    ids, w = lab.route(x, np.eye(4), 2)
+    assert ids.tolist() == [[0, 1], [0, 2]], f"best two experts per token, best first; got {ids.tolist()}"
+    assert np.all(np.isfinite(w)), (
+        f"router logits of ~3000 gave non-finite gate weights {w.tolist()}: subtract the row max of the "
+        f"selected logits before exponentiating"
+    )
+    want0 = np.array([1.0, np.exp(-10.0)]) / (1.0 + np.exp(-10.0))
+    assert np.allclose(w[0], want0, rtol=1e-12, atol=0), f"softmax([3000, 2990]) = {want0}, got {w[0]}"
+    assert w[1].tolist() == [1.0, 0.0], (
+        f"logits 800 and 10: exp(10 - 800) underflows to exactly 0, so the weights are exactly [1, 0]; got {w[1].tolist()}"
+    )
+
+
+def test_route_ties_at_the_top_k_cut():
+    # Ties go to the lower expert id, at the cut as well as inside the top-k. That is what vLLM's CUDA
+    # topk_softmax kernel does (equal values: the lower expert wins); its CPU fallback calls torch.topk,
+    # whose order for equal values is unspecified. Pin the deterministic rule: a stable sort on -logits.
+    ids, _ = lab.route(np.array([[5.0, 2.0, 2.0, 1.0]]), np.eye(4), 2)
+    assert ids.tolist() == [[0, 1]], f"experts 1 and 2 tie for the second slot: the lower id (1) wins; got {ids.tolist()}"
+    logits = np.random.default_rng(3).integers(0, 3, (6, 64)).astype(float)   # 64 experts, many ties
+    ids, w = lab.route(logits, np.eye(64), 5)
+    for t in range(6):
+        want = sorted(range(64), key=lambda e: (-logits[t, e], e))[:5]
+        assert ids[t].tolist() == want, (
+            f"token {t}: with tied logits the k experts are the highest logits, lower id first among equals: "
+            f"{want}, got {ids[t].tolist()}. np.argsort's default kind is not stable on long rows: use "
+            f"kind='stable' on -logits"
+        )
+
+
 def test_combine_weights_sum_to_one():
     for seed in range(5):
         x, w_gate, _ = _layer(seed)
@@ -84,6 +117,23 @@ def test_permute_makes_each_expert_contiguous():
         assert np.array_equal(x_sorted[offsets[e]:offsets[e + 1]], x[rows // K]), (
             f"x_sorted rows of expert {e} must be the token rows x[order // k] (flat index i is token i // k)"
         )
+
+
+def test_experts_with_no_rows_including_the_highest():
+    # experts 0 and 7 (the lowest and the highest id) receive nothing
+    x, w_gate, experts = _layer(seed=4, tokens=10)
+    ids, w = lab.route(x, w_gate[1:7], K)
+    ids = ids + 1                                  # route over experts 1..6 only
+    x_sorted, order, offsets = lab.permute(x, ids, E)
+    counts = np.bincount(ids.reshape(-1), minlength=E)
+    assert offsets.tolist() == [0] + np.cumsum(counts).tolist(), (
+        f"with experts 0 and 7 unused, expert_offsets must still have E + 1 = {E + 1} entries "
+        f"{[0] + np.cumsum(counts).tolist()}, got {offsets.tolist()}: count with np.bincount(..., minlength=E)"
+    )
+    got = lab.moe_forward_grouped(x, experts, ids, w)
+    assert np.max(np.abs(got - lab.moe_forward_reference(x, experts, ids, w))) < 1e-10, (
+        "with the lowest and highest experts unused the grouped forward must still equal the reference"
+    )
 
 
 def test_unpermute_inverts_permute():

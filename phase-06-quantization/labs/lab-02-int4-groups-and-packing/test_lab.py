@@ -42,6 +42,34 @@ def test_nibble_order_is_low_then_high():
         lab.pack_int4(np.array([[1, 2, 3]], dtype=np.int8))      # odd length cannot be paired
 
 
+def test_pack_rejects_values_outside_int4():
+    edge = lab.pack_int4(np.array([[-8, 7, 7, -8]], dtype=np.int8))
+    assert edge.tolist() == [[0xF0, 0x0F]], (
+        f"-8 and 7 are the two ends of int4 and must pack (to nibbles 0 and 15): [-8, 7] -> 0 | 15 << 4 = 0xF0, "
+        f"[7, -8] -> 0x0F; got {[hex(b) for b in edge[0]]}"
+    )
+    for bad in ([[8, 0]], [[0, -9]], [[3, 100]]):
+        try:
+            packed = lab.pack_int4(np.array(bad, dtype=np.int8))
+        except ValueError:
+            continue
+        raise AssertionError(
+            f"pack_int4({bad}) returned {[hex(b) for b in packed[0]]} instead of raising ValueError: a value outside "
+            f"[-8, 7] does not fit in a nibble (q + 8 would spill into the neighbour's nibble); check both ends"
+        )
+
+
+def test_quantize_rejects_group_size_zero():
+    W = np.ones((2, 8), dtype=np.float32)
+    try:
+        lab.quantize_grouped(W, 0)
+    except ValueError:
+        return
+    except ZeroDivisionError:
+        raise AssertionError("group_size 0 raised ZeroDivisionError: reject group_size <= 0 with a ValueError first") from None
+    raise AssertionError("group_size 0 must raise ValueError: no group of zero weights can carry a scale")
+
+
 def test_grouped_roundtrip_error_bounded():
     W = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
     q, s = lab.quantize_grouped(W, 32)

@@ -101,3 +101,43 @@ def test_graphs_win_when_overhead_dominates():
         f"100 calls of a 3-op model: eager 100 x 3 = 300, graphs 3 (capture) + 99 (replays) = 102; "
         f"got eager {eager}, graph {graph}"
     )
+
+
+def test_refused_bump_leaves_the_count_alone():
+    lab.LaunchCounter.n = 5
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError):
+            lab.LaunchCounter.bump(bad)
+        assert lab.LaunchCounter.n == 5, (
+            f"bump({bad!r}) was refused but the count moved to {lab.LaunchCounter.n}: validate k BEFORE adding it"
+        )
+    lab.LaunchCounter.bump(2)
+    assert lab.LaunchCounter.n == 7, f"after the refusals, bump(2) must take 5 to 7, got {lab.LaunchCounter.n}"
+
+
+class _OpFailed(Exception):
+    """Raised by a test op mid-capture (not a RuntimeError, so NotImplementedError cannot pass for it)."""
+
+
+def test_failed_capture_leaves_no_graph():
+    state = {"fail": True}
+
+    def flaky(x):
+        if state["fail"]:
+            raise _OpFailed("op 2 failed while recording")
+        return x + 3
+
+    runner = lab.GraphRunner([OPS[0], flaky, OPS[2]])
+    with pytest.raises(_OpFailed):
+        runner(np.ones(4))
+    assert runner.num_captured == 0 and (4,) not in runner.graphs, (
+        "a capture that raised must not leave a graph behind: store the GraphEntry only after every op ran"
+    )
+    state["fail"] = False
+    before = lab.LaunchCounter.n
+    out = runner(np.full(4, 5.0))
+    assert np.all(out == 50.0) and lab.LaunchCounter.n - before == 3, (
+        f"after a failed capture the next call must capture afresh (3 launches, 5 -> 50), as if the failure never "
+        f"happened; got {lab.LaunchCounter.n - before} launches and {out}"
+    )
+    assert runner.num_captured == 1

@@ -77,6 +77,35 @@ def test_engine_ladder_follows_config():
     assert lab.engine_capture_sizes(256, 100)[-2:] == [96, 100], "an off-stride token budget is captured too"
 
 
+def test_ladder_boundaries_around_256():
+    tops = {m: lab.default_capture_sizes(m)[-1] for m in (248, 255, 256, 257, 271, 272)}
+    assert tops == {248: 248, 255: 248, 256: 256, 257: 256, 271: 256, 272: 272}, (
+        f"the last rung for max 248/255/256/257/271/272 must be 248/248/256/256/256/272, got {tops}: stride 8 "
+        f"runs below 256, and 256 itself is the first stride-16 rung (include it when max_size >= 256)"
+    )
+    ladder = lab.default_capture_sizes(512)
+    picks = {b: lab.select_capture_size(b, ladder) for b in (248, 249, 256, 257, 511, 512)}
+    assert picks == {248: 248, 249: 256, 256: 256, 257: 272, 511: 512, 512: 512}, (
+        f"on the 512 ladder batches 248, 249, 256, 257, 511, 512 go to 248, 256, 256, 272, 512, 512; got {picks}"
+    )
+    with pytest.raises(ValueError):
+        lab.select_capture_size(0, ladder)          # the docstring promises it: a batch has at least one row
+
+
+def test_engine_ladder_decode_query_len_and_cap():
+    # decode_query_len > 1 (speculative decoding) raises the top; max_capture_size overrides it, but the token
+    # budget still caps both
+    cases = [((64, 8192), {}, (19, 128)), ((64, 8192), {"decode_query_len": 4}, (51, 512)),
+             ((256, 8192), {"max_capture_size": 100}, (15, 96)), ((256, 300), {"max_capture_size": 1000}, (38, 300))]
+    for args, kwargs, want in cases:
+        ladder = lab.engine_capture_sizes(*args, **kwargs)
+        assert (len(ladder), ladder[-1]) == want, (
+            f"engine_capture_sizes{args} with {kwargs}: expected {want[0]} rungs topped by {want[1]}, got "
+            f"{len(ladder)} topped by {ladder[-1]}. top = max_capture_size if given, else "
+            f"min(max_num_seqs * decode_query_len * 2, 512); then top = min(top, max_num_batched_tokens)"
+        )
+
+
 def _pinned_set_cudagraph_sizes():
     """Compile the pinned VllmConfig._set_cudagraph_sizes from upstream/ (no vllm import needed)."""
     env = {
@@ -105,4 +134,26 @@ def test_matches_pinned_set_cudagraph_sizes():
         assert mine == cc.cudagraph_capture_sizes, (
             f"max_num_seqs={seqs}, max_num_batched_tokens={tokens}: the pinned vLLM code builds "
             f"{cc.cudagraph_capture_sizes}, yours built {mine}"
+        )
+
+
+@pytest.mark.upstream(needs="tree")
+def test_matches_pinned_with_spec_decode_and_a_cap():
+    real = _pinned_set_cudagraph_sizes()
+    for seqs, tokens, spec, cap in [(64, 8192, 3, None), (20, 8192, 1, None), (256, 8192, 0, 100), (256, 300, 0, 1000)]:
+        cc = SimpleNamespace(
+            cudagraph_mode="FULL_AND_PIECEWISE", max_cudagraph_capture_size=cap, cudagraph_capture_sizes=None,
+            pass_config=SimpleNamespace(enable_sp=False), post_init_cudagraph_sizes=lambda: None,
+        )
+        cfg = SimpleNamespace(
+            model_config=SimpleNamespace(enforce_eager=False), compilation_config=cc,
+            speculative_config=SimpleNamespace(num_speculative_tokens=spec) if spec else None,
+            scheduler_config=SimpleNamespace(max_num_seqs=seqs, max_num_batched_tokens=tokens),
+            performance_mode="balanced", parallel_config=SimpleNamespace(tensor_parallel_size=1),
+        )
+        real(cfg)
+        mine = lab.engine_capture_sizes(seqs, tokens, max_capture_size=cap, decode_query_len=1 + spec)
+        assert mine == cc.cudagraph_capture_sizes, (
+            f"max_num_seqs={seqs}, tokens={tokens}, {spec} speculative tokens, max_capture_size={cap}: the pinned "
+            f"vLLM code builds {cc.cudagraph_capture_sizes}, yours built {mine}"
         )

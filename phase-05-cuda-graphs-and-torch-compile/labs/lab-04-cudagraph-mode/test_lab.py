@@ -78,6 +78,22 @@ def test_decode_graphs_capped_by_max_num_seqs():
     assert counts[1024] == {"PIECEWISE": 51, "FULL": 51}, f"max_num_seqs=1024 keeps all 51 decode sizes, got {counts[1024]}"
 
 
+def test_decode_query_len_above_one():
+    # speculative decoding: every decode request carries q = 2 tokens, so a uniform decode batch of r requests
+    # has 2r tokens; FULL decode graphs cover q <= num_tokens <= q * max_num_seqs = 8
+    d = lab.Dispatcher("FULL_AND_PIECEWISE", [1, 2, 4, 8, 16, 24, 32], max_num_seqs=4, uniform_decode_query_len=2)
+    plan = d.capture_plan()
+    assert plan == [("PIECEWISE", [32, 24, 16, 8, 4, 2, 1]), ("FULL", [8, 4, 2])], (
+        f"with q = 2 and max_num_seqs = 4 the decode graphs are the sizes in [2, 8] (2, 4, 8), got {plan}: "
+        f"the cap is q * max_num_seqs TOKENS, and the sizes start at q"
+    )
+    got = {n: d.dispatch(n, uniform_decode=True) for n in (3, 8, 10, 12)}
+    assert got == {3: ("FULL", 4), 8: ("FULL", 8), 10: ("PIECEWISE", 16), 12: ("PIECEWISE", 16)}, (
+        f"uniform decode batches of 3, 8, 10, 12 tokens with q = 2: {got}; a batch padded past q * max_num_seqs "
+        f"tokens has no FULL decode graph and falls back to PIECEWISE"
+    )
+
+
 def test_capture_plan_order():
     plan = lab.Dispatcher("FULL_AND_PIECEWISE", [1, 2, 4, 8], max_num_seqs=4).capture_plan()
     assert plan == [("PIECEWISE", [8, 4, 2, 1]), ("FULL", [4, 2, 1])], (
@@ -143,3 +159,25 @@ def test_matches_pinned_dispatcher(upstream):
             got = [(rt, len(s)) for rt, s in mine.capture_plan()]
             want = [(rt.name, len(d)) for rt, d in real.get_capture_descs()]
             assert got == want, f"{m}, max_num_seqs={seqs}: vLLM captures {want}, yours plans {got}"
+
+
+@pytest.mark.upstream(needs="tree")
+def test_matches_pinned_dispatcher_decode_query_len(upstream):
+    mode_cls, make = upstream
+    # upstream keeps decode capture sizes multiples of q (it adjusts the ladder for speculative decoding)
+    for q, sizes in ((2, [1, 2, 4, 8, 16, 24, 32]), (3, [1, 3, 6, 12, 24, 48])):
+        for m in ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"):
+            real = make(m, sizes, 4)
+            real.cudagraph_keys = {mode_cls.PIECEWISE: set(), mode_cls.FULL: set()}
+            real.uniform_decode_query_len, real.keys_initialized = q, False
+            real.initialize_cudagraph_keys(mode_cls[m], q)          # re-key with q tokens per decode request
+            mine = lab.Dispatcher(m, sizes, max_num_seqs=4, uniform_decode_query_len=q)
+            got = [(rt, len(s)) for rt, s in mine.capture_plan()]
+            want = [(rt.name, len(d)) for rt, d in real.get_capture_descs()]
+            assert got == want, f"{m}, q={q}: vLLM captures {want}, yours plans {got}"
+            for n, u in [(r * q, True) for r in range(1, 6)] + [(n, False) for n in range(1, sizes[-1] + 2)]:
+                rt, desc = real.dispatch(n, uniform_decode=u)
+                assert mine.dispatch(n, u) == (rt.name, desc.num_tokens), (
+                    f"{m}, q={q}: dispatch({n}, uniform_decode={u}) is {(rt.name, desc.num_tokens)} in vLLM, "
+                    f"yours gave {mine.dispatch(n, u)}"
+                )

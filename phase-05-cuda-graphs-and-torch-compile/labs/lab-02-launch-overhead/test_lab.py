@@ -82,3 +82,25 @@ def test_speedup_fades_when_gpu_bound():
     assert speedups[-1] == pytest.approx(1.0, abs=0.01), (
         f"GPU-bound steps gain ~nothing from a graph (it saves CPU launches only), got {speedups[-1]:.3f}x"
     )
+
+
+def test_replay_cost_is_a_parameter_zero_included():
+    assert lab.graph_step_us(300, 5.0, 2.0, replay_us=20.0) == pytest.approx(620.0), (
+        f"a 20 us replay launch: 20 + 300 x 2 = 620 us, got {lab.graph_step_us(300, 5.0, 2.0, replay_us=20.0)}; "
+        f"use replay_us when given"
+    )
+    assert lab.graph_step_us(300, 5.0, 2.0, replay_us=0.0) == pytest.approx(600.0), (
+        f"replay_us=0.0 is a real value (a free replay), not 'unset': 0 + 600 = 600 us, got "
+        f"{lab.graph_step_us(300, 5.0, 2.0, replay_us=0.0)}; test `replay_us is None`, not truthiness"
+    )
+    assert lab.predicted_speedup(300, 5.0, 2.0, replay_us=20.0) == pytest.approx(1502 / 620)
+
+
+def test_speedup_of_zero_calls_is_refused():
+    try:
+        lab.asymptotic_speedup(300, 0)          # 0 launches / 0 launches: no ratio exists yet
+    except ValueError:
+        return
+    except ZeroDivisionError:
+        raise AssertionError("asymptotic_speedup(300, 0) divided 0 by 0: raise ValueError for k == 0 first") from None
+    raise AssertionError("asymptotic_speedup(300, 0) must raise ValueError: after zero calls there is no ratio")

@@ -42,6 +42,21 @@ def test_grouped_matches_naive(setup):
     )
 
 
+def test_grouped_matches_naive_other_top_k_and_batch():
+    # top-1 and top-3 on 5 experts, a single decode token and a 7-token batch
+    for k in (1, 3):
+        layer = lab.TorchMoE(hidden=16, intermediate=32, num_experts=5, top_k=k, seed=3)
+        for tokens in (1, 7):
+            x = torch.randn(tokens, 16, generator=torch.Generator().manual_seed(10 + tokens))
+            with torch.no_grad():
+                got, want = layer.forward_grouped(x), layer.forward_naive(x)
+            err = (got - want).abs().max().item()
+            assert got.shape == want.shape and err < 1e-5, (
+                f"top_k={k}, {tokens} token(s): grouped differs from naive by {err:.2e}: use self.top_k everywhere "
+                f"(order // k, the view to (T, k, d)), never a hard-coded 2"
+            )
+
+
 def test_every_moe_step_is_one_labelled_region(grouped_events):
     summary = lab.summarize_profile(grouped_events)
     for region in lab.REGIONS:

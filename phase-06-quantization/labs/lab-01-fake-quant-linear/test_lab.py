@@ -127,3 +127,15 @@ def test_error_grows_as_bits_shrink():
     assert len(np.unique(np.round(two[0] / np.abs(two[0]).max(), 6))) <= 3, (
         "2 bits symmetric leaves the grid {-1, 0, +1} x scale: at most 3 distinct values per row"
     )
+
+
+def test_exact_ties_round_half_to_even():
+    # row max 127 gives the scale exactly 1.0, so W / s is exact and 2.5, -2.5, 0.5, 1.5 are true ties.
+    # vLLM's reference quantizer (quant_utils.py: quantize_weights) uses torch.round: half to even, like np.round.
+    W = np.array([[127.0, 2.5, -2.5, 0.5, 1.5, -0.5, 126.5]], dtype=np.float32)
+    q, s = lab.quantize_per_channel(W)
+    assert s.tolist() == [1.0], f"max|row| = 127 gives scale 127 / 127 = 1.0 exactly, got {s.tolist()}"
+    assert q.tolist() == [[127, 2, -2, 0, 2, 0, 126]], (
+        f"ties must round half to EVEN (2.5 -> 2, -2.5 -> -2, 0.5 -> 0, 1.5 -> 2, 126.5 -> 126), as np.round and "
+        f"torch.round do; got {q.tolist()}. floor(x + 0.5) rounds every tie up and biases the weights"
+    )

@@ -58,6 +58,21 @@ def test_alpha_balances_the_column_maxima():
     )
 
 
+def test_dead_weight_column_stays_finite():
+    X, W = _problem(2)
+    Wd = W.copy()
+    Wd[:, 9] = 0.0                                   # a pruned input channel: its weight column is all zero
+    for alpha in (0.0, 0.5, 0.8):
+        s = lab.smoothing_factors(X, Wd, alpha=alpha)
+        Xs, Ws = lab.smooth(X, Wd, alpha=alpha)
+        assert np.all(np.isfinite(s)) and np.all(s > 0) and np.all(np.isfinite(Xs)) and np.all(np.isfinite(Ws)), (
+            f"alpha={alpha}: an all-zero WEIGHT column gave a zero or infinite factor: floor max|W[:, j]| at eps "
+            f"too, not only max|X[:, j]| (0 ** (1 - alpha) is 0, and X / 0 is inf)"
+        )
+        err = np.abs(Xs @ Ws.T - X @ Wd.T).max() / np.abs(X @ Wd.T).max()
+        assert err < 1e-10, f"alpha={alpha}: smoothing with a dead weight column is no longer exact ({err:.1e})"
+
+
 def test_outliers_wreck_naive_w8a8():
     X, W = _problem(2)
     err = _rel(lab.w8a8_matmul(X, W), X @ W.T)

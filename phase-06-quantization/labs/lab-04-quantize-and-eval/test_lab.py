@@ -110,6 +110,18 @@ def test_quantize_fp8_maps_the_max_to_448():
     assert torch.allclose(t8r.float().abs().amax(dim=1), torch.tensor([448.0, 448.0])), "each row's max maps to 448"
 
 
+def test_quantize_fp8_zero_rows_get_scale_one():
+    t = torch.tensor([[0.0, 0.0, 0.0], [1.0, -2.0, 0.5]])      # a padding token: an all-zero activation row
+    t8, s = lab.quantize_fp8(t, dim=-1)
+    assert torch.isfinite(t8.float()).all() and s.reshape(-1).tolist()[0] == 1.0, (
+        f"an all-zero row must get scale 1 (its values stay 0), not 0/0 = NaN; got scales {s.reshape(-1).tolist()} "
+        f"and row 0 = {t8.float()[0].tolist()}. Guard the zero max per ROW, not only for the whole tensor"
+    )
+    assert torch.allclose(t8.float() * s, t, atol=1e-2), "dequantized rows must give t back (to e4m3 precision)"
+    z8, zs = lab.quantize_fp8(torch.zeros(2, 3))
+    assert float(zs.reshape(())) == 1.0 and (z8.float() == 0).all(), "an all-zero tensor: scale 1, values 0"
+
+
 def test_fp8_scales_activations_per_token():
     g = torch.Generator().manual_seed(7)
     w = torch.randn(64, 128, generator=g) / 128**0.5

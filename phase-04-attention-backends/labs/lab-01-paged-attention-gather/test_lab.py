@@ -110,7 +110,8 @@ def test_all_scores_below_minus_700():
     assert np.max(np.abs(out - _oracle(q, K, V))) < 1e-9, "all-negative (~ -790) scores differ from dense"
 
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -132,7 +132,10 @@ def test_all_scores_below_minus_700_with_empty_partitions():
         assert np.max(np.abs(out - want)) < 1e-9, f"{p} partitions with scores near -790 differ from dense"
 
 
-from hypothesis import given, settings, strategies as st
+from itertools import pairwise
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -144,7 +147,7 @@ def test_property_random_splits_match_float64_reference(n, cuts, shift, spread, 
     rng = np.random.default_rng(seed)
     q, K, V = _scored(shift + spread * rng.standard_normal(n), seed)
     bounds = [0] + sorted(min(c, n) for c in cuts) + [n]
-    parts = [lab.attend_partial(q, K[a:b], V[a:b]) for a, b in zip(bounds, bounds[1:])]
+    parts = [lab.attend_partial(q, K[a:b], V[a:b]) for a, b in pairwise(bounds)]
     if tree:                                 # pairwise rounds: ((p0 p1) (p2 p3)) ...
         while len(parts) > 1:
             parts = [lab.merge_two(*parts[i:i + 2]) if i + 1 < len(parts) else parts[i]

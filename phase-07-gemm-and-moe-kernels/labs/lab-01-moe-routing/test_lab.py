@@ -52,7 +52,7 @@ def test_route_ties_at_the_top_k_cut():
     ids, _ = lab.route(np.array([[5.0, 2.0, 2.0, 1.0]]), np.eye(4), 2)
     assert ids.tolist() == [[0, 1]], f"experts 1 and 2 tie for the second slot: the lower id (1) wins; got {ids.tolist()}"
     logits = np.random.default_rng(3).integers(0, 3, (6, 64)).astype(float)   # 64 experts, many ties
-    ids, w = lab.route(logits, np.eye(64), 5)
+    ids, _ = lab.route(logits, np.eye(64), 5)
     for t in range(6):
         want = sorted(range(64), key=lambda e: (-logits[t, e], e))[:5]
         assert ids[t].tolist() == want, (
@@ -124,7 +124,7 @@ def test_experts_with_no_rows_including_the_highest():
     x, w_gate, experts = _layer(seed=4, tokens=10)
     ids, w = lab.route(x, w_gate[1:7], K)
     ids = ids + 1                                  # route over experts 1..6 only
-    x_sorted, order, offsets = lab.permute(x, ids, E)
+    _, _, offsets = lab.permute(x, ids, E)
     counts = np.bincount(ids.reshape(-1), minlength=E)
     assert offsets.tolist() == [0] + np.cumsum(counts).tolist(), (
         f"with experts 0 and 7 unused, expert_offsets must still have E + 1 = {E + 1} entries "

@@ -88,6 +88,22 @@ def test_grouped_roundtrip_error_bounded():
         lab.quantize_grouped(W, 48)                                 # 48 does not divide 256
 
 
+def test_group_boundaries_and_exact_ties():
+    # two groups of 4 per row; group 0's max is 7 (scale exactly 1.0), group 1's is 0.07: each group keeps its
+    # own scale, and the ties 2.5, -2.5, 0.5 in group 0 round half to even like np.round / torch.round
+    W = np.array([[7.0, 2.5, -2.5, 0.5, 0.07, 0.035, -0.07, 0.0]], dtype=np.float32)
+    q, s = lab.quantize_grouped(W, 4)
+    assert s[0, 0] == np.float16(1.0), f"group 0's scale is 7 / 7 = 1.0 exactly, got {s[0, 0]}"
+    assert q[0, :4].tolist() == [7, 2, -2, 0], (
+        f"group 0 is exactly [7, 2.5, -2.5, 0.5] / 1.0: ties round half to EVEN (2.5 -> 2, 0.5 -> 0), as np.round "
+        f"and vLLM's torch.round do; got {q[0, :4].tolist()}"
+    )
+    assert q[0, 4] == 7 and q[0, 6] == -7, (
+        f"group 1 has its own scale (0.07 / 7): its max must land on +/-7, got {q[0, 4:].tolist()}; a group "
+        f"boundary every group_size columns, not one scale for the whole row"
+    )
+
+
 def test_smaller_groups_capture_local_magnitude():
     W = _banded(2)
     e = {}

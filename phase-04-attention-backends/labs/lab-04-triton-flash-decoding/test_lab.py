@@ -221,3 +221,33 @@ def test_offsets_past_2_pow_31_elements():
         f"page * stride overflowed int32. Cast the page id to int64 (tl.load(...).to(tl.int64)) before "
         f"multiplying by the stride; real KV caches are larger than 2**31 elements"
     )
+
+
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+
+@pytest.mark.triton
+@settings(max_examples=15, deadline=None, derandomize=True, phases=(Phase.explicit, Phase.generate))  # no shrinking:
+@given(ms=st.lists(st.one_of(st.just(-np.inf), st.floats(-60.0, 60.0)), min_size=1, max_size=9),   # each try is a
+       shift=st.sampled_from([-2000.0, 0.0, 2000.0]), seed=st.integers(0, 2**16))                   # kernel launch
+def test_property_merge_kernel_matches_float64(ms, shift, seed):
+    # S summaries whose maxima lie up to 120 apart (exp underflows in float32 past ~104), all shifted far below
+    # or above 0, some -inf (an empty split): kernel 2 must equal a float64 merge
+    if all(m == -np.inf for m in ms):
+        ms = [*ms[:-1], 0.0]                      # at least one split holds a token
+    rng = np.random.default_rng(seed)
+    S = len(ms)
+    m = np.array(ms, dtype=np.float32) + np.float32(shift)
+    live = m > -np.inf
+    l = np.where(live, rng.uniform(1.0, 5.0, S), 0.0).astype(np.float32)
+    acc = (rng.standard_normal((S, D)) * l[:, None]).astype(np.float32)
+    top = m[live].max()
+    w = np.where(live, np.exp(m.astype(np.float64) - top), 0.0)
+    want = (w[:, None] * acc).sum(0) / (w * l).sum()
+    got = lab.merge_partials_triton(torch.from_numpy(m).view(1, 1, S), torch.from_numpy(l).view(1, 1, S),
+                                    torch.from_numpy(acc).view(1, 1, S, D))[0, 0].double().numpy()
+    assert np.all(np.isfinite(got)) and np.max(np.abs(got - want)) < 1e-4 * max(1.0, np.abs(want).max()), (
+        f"merging {S} splits with maxima {np.round(m, 1).tolist()}: {got[:3]} vs float64 {want[:3]}. Weight split i "
+        f"by exp(m_i - max m) (0 for m_i = -inf), pad the lanes past S with m = -inf, l = 0, and divide once"
+    )

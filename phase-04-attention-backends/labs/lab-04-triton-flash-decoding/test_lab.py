@@ -200,22 +200,24 @@ def _huge_int8(n):
 
 @pytest.mark.triton
 def test_offsets_past_2_pow_31_elements():
-    # Page 4 of this K cache starts at element 4 * 2**30 = 2**32: an int32 offset wraps to 0 and reads
-    # page 0 instead. Only two 4 KiB pages of the 4 GiB mapping are ever touched.
+    # Page 4 of these K and V caches starts at element 4 * 2**30 = 2**32: an int32 offset wraps to 0 and reads
+    # page 0 instead. Only two 4 KiB pages of each 4 GiB mapping are ever touched.
     stride = 1 << 30
     big, keep = _huge_int8(4 * stride + BLOCK * D)
+    big_v, keep_v = _huge_int8(4 * stride + BLOCK * D)       # V laid out like K, so only the offset width matters
     k = torch.as_strided(big, (5, BLOCK, 1, D), (stride, D, D, 1))
+    v = torch.as_strided(big_v, (5, BLOCK, 1, D), (stride, D, D, 1))
     g = torch.Generator().manual_seed(2)
-    k[4] = torch.randint(-3, 4, (BLOCK, 1, D), generator=g, dtype=torch.int8).to(k.device)
-    k[0] = torch.randint(-3, 4, (BLOCK, 1, D), generator=g, dtype=torch.int8).to(k.device)
-    v = torch.randn(5, BLOCK, 1, D, generator=g).to(k.device)
+    for cache in (k, v):
+        cache[4] = torch.randint(-3, 4, (BLOCK, 1, D), generator=g, dtype=torch.int8).to(k.device)
+        cache[0] = torch.randint(-3, 4, (BLOCK, 1, D), generator=g, dtype=torch.int8).to(k.device)
     q = torch.randn(1, 1, D, generator=g).to(k.device)
     tables = torch.tensor([[4]], dtype=torch.int32, device=k.device)
     out = lab.flash_decode(q, k, v, tables, torch.tensor([3], dtype=torch.int32, device=k.device), 1, tile=4)
     want = _dense_np(q[0, 0].double().cpu().numpy(), k[4, :3, 0].double().cpu().numpy(),
                      v[4, :3, 0].double().cpu().numpy())
     err = np.max(np.abs(out[0, 0].double().cpu().numpy() - want))
-    del k, big, keep
+    del k, v, big, keep, big_v, keep_v
     assert err < 1e-5, (
         f"K page 4 starts at element 2**32 and the output is off by {err:.2e}: the row offset "
         f"page * stride overflowed int32. Cast the page id to int64 (tl.load(...).to(tl.int64)) before "

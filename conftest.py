@@ -2,7 +2,9 @@
 
 * Markers: ``gpu`` (needs CUDA: skipped with a reason when absent), ``triton`` (runs on CPU
   under ``TRITON_INTERPRET=1`` when there is no GPU), ``upstream`` (drives the real vLLM 0.22.1
-  Python classes, or reads the pinned ``upstream/`` tree: skipped with a reason when absent).
+  Python classes, or reads the pinned ``upstream/`` tree: skipped with a reason when absent),
+  ``engine`` (tier 2: the whole engine in the ``.venv-engine`` that ``make engine`` builds;
+  deselected, not skipped, unless ``COURSE_ENGINE=1`` or ``-m engine`` asks for it).
 * Strict mode (``COURSE_STRICT=1``, set by CI): any skip other than a ``gpu`` skip fails the run,
   so a missing dependency can never look like a pass.
 * ``LAB_IMPL`` is validated once, up front, so a typo fails loudly instead of grading the wrong file.
@@ -19,26 +21,22 @@ from pathlib import Path
 
 import pytest
 
+# ---------------------------------------------------------------------------------------------
+# Tier 1: the real vLLM on a CPU. This must run before anything imports vllm (or triton): without
+# CUDA it sets CUDA_VISIBLE_DEVICES="" and TRITON_INTERPRET=1 (vLLM's own Triton kernels load for
+# real and run in the interpreter instead of becoming placeholders), puts the course's platform
+# plugin on sys.path (vLLM picks CpuPlatform), and sets TORCHDYNAMO_DISABLE=1. Child processes
+# inherit it through os.environ / PYTHONPATH. See course/runtime/cpu_env.py.
+from course.runtime import cpu_env
+
+HAS_CUDA = cpu_env.has_cuda()
+cpu_env.apply(HAS_CUDA)
+# ---------------------------------------------------------------------------------------------
+
 from course.harness import LabImplError, current_impl
 
 ROOT = Path(__file__).resolve().parent
 
-
-def _cuda_available() -> bool:
-    """Cheap CUDA probe that does not import torch unless a driver is visible."""
-    if not (Path("/dev/nvidiactl").exists() or Path("/proc/driver/nvidia").exists()):
-        return False
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
-HAS_CUDA = _cuda_available()
-if not HAS_CUDA:
-    # Must happen before anything imports triton: kernels then run in the interpreter on CPU.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("PYTHONHASHSEED", "0")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -79,16 +77,39 @@ def _guard_header(config) -> list[str]:
 # --- end of the hangs-and-crashes section -----------------------------------------------------
 
 
+def _engine_wanted(config) -> bool:
+    """Tier-2 tests run when asked for: ``COURSE_ENGINE=1`` (make test-engine) or a ``-m`` naming them."""
+    if os.environ.get("COURSE_ENGINE", "") not in ("", "0", "false", "False"):
+        return True
+    expr = config.getoption("markexpr", "") or ""
+    return "engine" in expr and "not engine" not in expr
+
+
 def pytest_report_header(config):
     mode = "strict (only gpu tests may skip)" if STRICT else "relaxed"
     header = (
         f"course: LAB_IMPL={current_impl()}  CUDA={'yes' if HAS_CUDA else 'no'}  "
-        f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}  mode={mode}"
+        f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}  "
+        f"engine tests={'on' if _engine_wanted(config) else 'off (make test-engine)'}  mode={mode}"
     )
     return [header, *_guard_header(config)]
 
 
 def pytest_collection_modifyitems(config, items):
+    if not _engine_wanted(config):
+        # Deselected, not skipped: a plain `make test` never needs the 4.6 GB engine venv.
+        dropped = [item for item in items if item.get_closest_marker("engine")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not item.get_closest_marker("engine")]
+    else:
+        from course.runtime import engine
+
+        missing = engine.missing_reason()
+        if missing:
+            for item in items:
+                if item.get_closest_marker("engine"):
+                    item.add_marker(pytest.mark.skip(reason=f"engine: {missing}"))
     has_triton = _importable("triton") and _importable("torch")
     has_vllm = _importable("vllm")
     has_tree = (ROOT / "upstream" / "vllm" / "v1" / "core" / "block_pool.py").is_file()

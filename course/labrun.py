@@ -18,6 +18,7 @@ from pathlib import Path
 
 from course import ROOT, zygote_client
 from course.guard import TIMEOUT_TAG
+from course.runtime import cpu_env
 from course.zygote import preload_for
 
 # Autoloaded plugins a lab run does not need; skipping them saves about a second per run.
@@ -138,8 +139,8 @@ def lab_env(
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH", "")) if x)
     env.setdefault("PYTHONHASHSEED", "0")
     env.setdefault("MPLBACKEND", "Agg")
-    if not _cuda_visible():
-        env.setdefault("TRITON_INTERPRET", "1")  # as conftest.py does, before anything imports triton
+    # Tier-1 CPU wiring, as conftest.py applies it: the zygote imports vllm before any conftest runs.
+    cpu_env.apply_env(env, cuda=None if _cuda_visible() else False)
     if extra:
         env.update(extra)
     return env

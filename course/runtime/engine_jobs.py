@@ -82,6 +82,9 @@ def hf_equivalence(model: str, prompts: list[list[int]], max_tokens: int) -> dic
 def iteration_log(model: str, prompts: list[list[int]], max_tokens: int, **llm_kwargs: Any) -> dict[str, Any]:
     """``LLM.generate`` with per-step logging on: EngineCore prints one ``Iteration(N): ...`` line
     per ``step()`` (``enable_logging_iteration_details``) to this job's output."""
+    import os
+
+    os.environ["VLLM_LOGGING_LEVEL"] = "INFO"  # the Iteration lines are INFO; read when vllm is imported
     llm = make_llm(model, enable_logging_iteration_details=True, **llm_kwargs)
     return {"tokens": _greedy(llm, prompts, max_tokens)}
 

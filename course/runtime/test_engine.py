@@ -85,6 +85,7 @@ def test_engine_env_drops_the_tier1_wiring():
     saved = dict(os.environ)
     try:
         cpu_env.apply_env(os.environ, cuda=False)
+        os.environ["VLLM_LOGGING_LEVEL"] = "WARNING"  # as course.runtime.real_vllm leaves it
         env = engine.engine_env()
     finally:
         os.environ.clear()
@@ -95,6 +96,7 @@ def test_engine_env_drops_the_tier1_wiring():
     )
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT), "the engine venv imports course.runtime from here"
     assert env["TORCHDYNAMO_DISABLE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert env["VLLM_LOGGING_LEVEL"] == "INFO", "the engine's INFO lines are read by tests, whatever this process set"
 
 
 def test_missing_engine_says_what_to_run(monkeypatch, tmp_path):

@@ -106,9 +106,11 @@ def pytest_collection_modifyitems(config, items):
         from course.runtime import engine
 
         missing = engine.missing_reason()
-        if missing:
-            for item in items:
-                if item.get_closest_marker("engine"):
+        for item in items:
+            if item.get_closest_marker("engine"):
+                # An engine start-up takes 20 s to minutes on 2 busy cores: the job has its own limit.
+                item.add_marker(pytest.mark.timeout(engine.TEST_TIMEOUT_S))
+                if missing:
                     item.add_marker(pytest.mark.skip(reason=f"engine: {missing}"))
     has_triton = _importable("triton") and _importable("torch")
     has_vllm = _importable("vllm")

@@ -27,6 +27,7 @@ from course.runtime import cpu_env
 
 STAMP_NAME = ".course-engine-installed"
 JOB_TIMEOUT_S = 600.0
+TEST_TIMEOUT_S = 2 * JOB_TIMEOUT_S + 60  # the guard's per-test limit for a test marked `engine`
 
 
 class EngineError(RuntimeError):

@@ -145,19 +145,28 @@ def test_predict_iterations_on_the_real_scheduler(real_vllm):
 
 
 def test_parse_iterations_reads_every_form_of_the_line():
-    text = "\n".join([
+    lines = [
         "INFO 11-25 15:28:40 [core.py:309] init engine (profile, create kv cache, warmup model) took 3.1 s",
-        "(EngineCore pid=16700) INFO 11-25 15:28:44 [core.py:407] Iteration(0): 1 context requests, 40 context tokens, "
-        "0 generation requests, 0 generation tokens, iteration elapsed time: 53.10 ms",
-        "Processed prompts:  50%|#####     | 1/2 [00:00<00:00](EngineCore pid=16700) INFO 11-25 15:28:44 [core.py:407] "
-        "Iteration(1): 12 context requests, 1010 context tokens, 1 generation requests, 1 generation tokens, "
-        "iteration elapsed time: 11.56 ms",
+        (
+            "(EngineCore pid=16700) INFO 11-25 15:28:44 [core.py:407] Iteration(0): 1 context requests, "
+            "40 context tokens, 0 generation requests, 0 generation tokens, iteration elapsed time: 53.10 ms"
+        ),
+        (
+            "Processed prompts:  50%|#####     | 1/2 [00:00<00:00](EngineCore pid=16700) INFO 11-25 15:28:44 "
+            "[core.py:407] Iteration(1): 12 context requests, 1010 context tokens, 1 generation requests, "
+            "1 generation tokens, iteration elapsed time: 11.56 ms"
+        ),
         "DEBUG 11-25 15:28:44 [core.py:1203] EngineCore loop active. Iteration details follow.",
-        "INFO 11-25 15:28:44 [core.py:407] Iteration(2): 0 context requests, 0 context tokens, 2 generation requests, "
-        "2 generation tokens, iteration elapsed time: 0.42 ms",
-        "INFO 11-25 15:28:44 [core.py:407] Iteration(10): 0 context requests, 0 context tokens, 0 generation requests, "
-        "0 generation tokens, iteration elapsed time: 0.09 ms",
-    ])
+        (
+            "INFO 11-25 15:28:44 [core.py:407] Iteration(2): 0 context requests, 0 context tokens, "
+            "2 generation requests, 2 generation tokens, iteration elapsed time: 0.42 ms"
+        ),
+        (
+            "INFO 11-25 15:28:44 [core.py:407] Iteration(10): 0 context requests, 0 context tokens, "
+            "0 generation requests, 0 generation tokens, iteration elapsed time: 0.09 ms"
+        ),
+    ]
+    text = "\n".join(lines)
     got = [tuple(it) for it in lab.parse_iterations(text)]
     assert got == [(0, 1, 40, 0, 0), (1, 12, 1010, 1, 1), (2, 0, 0, 2, 2), (10, 0, 0, 0, 0)], (
         "parse every 'Iteration(N): ...' wherever it sits in a line (after a prefix or a progress bar), with "

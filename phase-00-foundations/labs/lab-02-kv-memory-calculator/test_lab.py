@@ -1,8 +1,9 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import pytest
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 LLAMA3_8B = {"num_layers": 32, "num_kv_heads": 8, "head_dim": 128}  # GQA: 32 query heads share 8 KV heads

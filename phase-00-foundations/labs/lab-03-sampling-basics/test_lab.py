@@ -1,12 +1,12 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import itertools
 
 import numpy as np
 
 import mini_vllm
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 # Six distinct logits; index 2 is the argmax.
 LOGITS = np.array([1.0, -0.5, 3.0, 0.25, 2.0, -2.0])

@@ -1,8 +1,9 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import math
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 A100_FLOPS, A100_BW = 312e12, 2.0e12  # datasheet: dense fp16/bf16 tensor-core peak, HBM bandwidth
 N_8B, N_70B, FP16 = 8e9, 70e9, 2

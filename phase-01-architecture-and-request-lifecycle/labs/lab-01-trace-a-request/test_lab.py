@@ -1,8 +1,9 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 from itertools import pairwise
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 # "hello" is 5 byte tokens; "abcdefghij" is 10. Request ids are never compared with a literal:
 # each trace builds its own engine, and the tests only check that one id is used throughout.

@@ -1,6 +1,7 @@
-from course.harness import load_lab
+from course.runtime import lab_module
 
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 # A = "hello world" (11 byte tokens), B = "goodbye" (7). Ids are read from trace_batches'
 # return value, never typed in.

@@ -1,11 +1,11 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import numpy as np
 
 import mini_vllm
+from course.runtime import lab_module
 from mini_vllm import Request, RequestStatus, SamplingParams
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 EOS = 256  # mini_vllm's ByteTokenizer
 

@@ -1,11 +1,12 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 from itertools import pairwise
 
 import numpy as np
 import pytest
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 LINKS = ("prev_free_block", "next_free_block")
 

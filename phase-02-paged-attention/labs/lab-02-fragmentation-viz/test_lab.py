@@ -1,6 +1,6 @@
-from course.harness import load_lab
+from course.runtime import lab_module
 
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
 
 
 def test_default_workload_numbers():

@@ -1,8 +1,8 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
+from course.runtime import lab_module
 from mini_vllm import CacheConfig, KVCacheManager
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 BS = 4
 PROMPT = list(range(100, 132))          # 32 tokens = 8 full blocks of 4

@@ -1,13 +1,13 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import math
 import os
 
 import numpy as np
 import pytest
 import torch
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
 
 
 def dense_oracle(q, k_cache, v_cache, block_tables, seq_lens):

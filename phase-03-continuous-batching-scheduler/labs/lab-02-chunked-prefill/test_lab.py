@@ -1,6 +1,7 @@
-from course.harness import load_lab
+from course.runtime import lab_module
 
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 PROMPT = ("The quick brown fox jumps over the lazy dog. " * 6)[:256]  # 256 byte-tokens
 

@@ -1,10 +1,10 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import functools
 
+from course.runtime import lab_module
 from mini_vllm import RequestStatus
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 PROMPTS = ["abcdefgh", "ijklmnop"]  # 8 byte-tokens each
 CRAMPED = {"num_gpu_blocks": 5, "block_size": 4}

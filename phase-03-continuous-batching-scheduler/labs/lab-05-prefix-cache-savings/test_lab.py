@@ -1,8 +1,9 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import functools
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 SYSTEM = "S" * 64  # 16 full blocks of 4
 PROMPTS = tuple(SYSTEM + str(i) for i in range(8))  # 65 byte-tokens each

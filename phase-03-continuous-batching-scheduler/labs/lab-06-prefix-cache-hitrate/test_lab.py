@@ -1,10 +1,11 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import functools
 
 import pytest
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 N, SYSTEM, QUESTION, BS = 16, 410, 14, 16
 PROMPT_LEN = SYSTEM + QUESTION  # 424

@@ -1,16 +1,15 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from course.runtime import lab_module, use_lab
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+
 torch = pytest.importorskip("torch")
 
-LAB04 = load_lab(Path(__file__).resolve().parent.parent / "lab-03-flash-decoding-partitions" / "test_lab.py",
-                 impl="solution")
+LAB04 = use_lab("phase-04/lab-03-flash-decoding-partitions")
 
 # Tiny interpreter shapes: 2 sequences (5 and 13 tokens, ragged), 4 query heads in 2 GQA groups of 2
 # (query heads 0, 1 read KV head 0; heads 2, 3 read KV head 1), head_dim 16, block_size 4, tiles of

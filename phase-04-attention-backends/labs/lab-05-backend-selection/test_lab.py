@@ -1,12 +1,13 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import importlib
 import sys
 import types
 
 import pytest
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 H100, A100, L4, B200, T4 = (9, 0), (8, 0), (8, 9), (10, 0), (7, 5)
 NON_MLA_HOPPER = ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "TURBOQUANT"]

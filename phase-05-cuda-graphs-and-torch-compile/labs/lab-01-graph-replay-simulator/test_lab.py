@@ -1,9 +1,10 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import numpy as np
 import pytest
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 OPS = [lambda x: x * 2, lambda x: x + 3, lambda x: (x - 3) * 5]  # composition: multiply by 10
 

@@ -1,10 +1,10 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 from itertools import pairwise
 
 import pytest
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
 
 
 def test_eager_formula():

@@ -1,12 +1,12 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 from types import SimpleNamespace
 
 import pytest
 
 from course.pinned import compile_definitions
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 LADDER_64 = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
 

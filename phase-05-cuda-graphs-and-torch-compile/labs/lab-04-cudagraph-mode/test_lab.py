@@ -1,7 +1,3 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import dataclasses
 import enum
 import itertools
@@ -11,7 +7,11 @@ from types import SimpleNamespace
 import pytest
 
 from course.pinned import compile_definitions
+from course.runtime import lab_module
 from mini_vllm.cudagraph import default_capture_sizes
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 # mode -> (decode batch, mixed batch, needs piecewise compilation)

@@ -1,12 +1,13 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import itertools
 
 import pytest
 import torch
 from torch import nn
+
+from course.runtime import lab_module
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
 
 EXPECTED_BYTES = {
     "fp16": 1_048_576,       # 524,288 weights x 2 B

@@ -1,18 +1,17 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from course.runtime import lab_module, use_lab
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+
 torch = pytest.importorskip("torch")
 
 # lab-02's numpy reference: quantize_grouped, pack_int4, unpack_int4, dequantize_grouped
-LAB03 = load_lab(Path(__file__).resolve().parent.parent / "lab-02-int4-groups-and-packing" / "test_lab.py",
-                 impl="solution")
+LAB03 = use_lab("phase-06/lab-02-int4-groups-and-packing")
 
 H100 = (3.35e12, 989e12)   # H100 SXM: HBM3 bytes/s, dense fp16 FLOP/s (NVIDIA H100 datasheet)
 

@@ -1,15 +1,15 @@
-from course.harness import load_lab
-
-lab = load_lab(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from course.runtime import lab_module, use_lab
+
+lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
+
+
 torch = pytest.importorskip("torch")
 
-LAB01 = load_lab(Path(__file__).resolve().parent.parent / "lab-01-moe-routing" / "test_lab.py", impl="solution")
+LAB01 = use_lab("phase-07/lab-01-moe-routing")
 
 T, K, E, D, F = 8, 2, 4, 16, 32     # tiny interpreter shapes: 16 assignments, 4 experts, one 16-wide K step
 

@@ -18,14 +18,11 @@ Prompts are byte-tokenized exactly as mini_vllm does, so both engines see the sa
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, NamedTuple
 
-from course.harness import load_lab
+from course.runtime import use_lab
 
-_LABS = next(p for p in Path(__file__).resolve().parents if p.name == "labs")
-_LAB01 = _LABS / "lab-01-trace-a-request" / "test_lab.py"
-lab01 = load_lab(_LAB01, impl="solution")  # lab-01's reference: Event, trace_request, split_steps
+lab01 = use_lab("phase-01/lab-01-trace-a-request")  # lab-01's reference: Event, trace_request, split_steps
 Event = lab01.Event
 
 # mini_vllm.LLMEngine's defaults, except max_model_len: the tiny Llama config allows 2048

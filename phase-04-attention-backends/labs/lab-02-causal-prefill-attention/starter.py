@@ -13,14 +13,11 @@ Shapes (float64): Q, K, V (M, d); k_cache, v_cache (num_blocks, block_size, d).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from course.harness import load_lab
+from course.runtime import use_lab
 
-_LABS = next(p for p in Path(__file__).resolve().parents if p.name == "labs")   # works from mutants/ too
-_LAB01 = load_lab(_LABS / "lab-01-paged-attention-gather" / "test_lab.py", impl="solution")
+_LAB01 = use_lab("phase-04/lab-01-paged-attention-gather")
 paged_online_attention = _LAB01.paged_online_attention   # one query over tokens [0, seq_len)
 
 

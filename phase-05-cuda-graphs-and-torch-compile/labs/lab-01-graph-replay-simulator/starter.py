@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Op = Callable[[np.ndarray], np.ndarray]
+_Op = Callable[[np.ndarray], np.ndarray]
 
 # The lab's model: three "kernels" whose composition multiplies by 10 (1 -> 10, 5 -> 50).
 OPS = [lambda x: x * 2, lambda x: x + 3, lambda x: (x - 3) * 5]
@@ -43,7 +43,7 @@ class LaunchCounter:
         raise NotImplementedError("validate k (an int >= 0, else ValueError), then cls.n += k")
 
 
-def run_eager(ops: Sequence[Op], x: np.ndarray) -> np.ndarray:
+def run_eager(ops: Sequence[_Op], x: np.ndarray) -> np.ndarray:
     """Run ``ops`` in order on ``x``, bumping the counter once per op, and return the result."""
     raise NotImplementedError("loop: LaunchCounter.bump(1); x = op(x) — for every op, on every call")
 
@@ -62,7 +62,7 @@ class GraphEntry:
 class GraphRunner:
     """Capture on a new input shape, replay on a seen one; one ``GraphEntry`` per shape."""
 
-    def __init__(self, ops: Sequence[Op]) -> None:
+    def __init__(self, ops: Sequence[_Op]) -> None:
         self.ops = list(ops)
         self.graphs: dict[tuple[int, ...], GraphEntry] = {}
 
@@ -84,3 +84,38 @@ class GraphRunner:
             "look up self.graphs.get(x.shape): None -> capture (run_eager on a fresh static copy, "
             "store a GraphEntry); else np.copyto(entry.static_input, x), bump(1), entry.graph()"
         )
+
+
+def main() -> None:
+    x = np.ones(4)
+    print("launches for k calls of a 3-op model (same shape every call)")
+    print(f"{'k':>5} {'eager':>7} {'graph':>7} {'eager/graph':>12}")
+    for k in (1, 2, 10, 100):
+        LaunchCounter.reset()
+        for _ in range(k):
+            run_eager(OPS, x)
+        eager = LaunchCounter.n
+        LaunchCounter.reset()
+        runner = GraphRunner(OPS)
+        for _ in range(k):
+            runner(x)
+        print(f"{k:>5} {eager:>7} {LaunchCounter.n:>7} {eager / LaunchCounter.n:>12.2f}")
+
+    print("\nstatic buffer: capture with 1.0, replay with 5.0")
+    LaunchCounter.reset()
+    runner = GraphRunner(OPS)
+    first = runner(np.full(4, 1.0)).copy()
+    second = runner(np.full(4, 5.0))
+    print(f"capture output {first[0]:.0f}, replay output {second[0]:.0f}, launches {LaunchCounter.n}")
+
+    print("\nshapes (4,) then (8,) then (4,) again")
+    LaunchCounter.reset()
+    runner = GraphRunner(OPS)
+    for n in (4, 8, 4):
+        before = LaunchCounter.n
+        runner(np.ones(n))
+        print(f"shape ({n},): launches {LaunchCounter.n - before}, graphs cached {runner.num_captured}")
+
+
+if __name__ == "__main__":
+    main()

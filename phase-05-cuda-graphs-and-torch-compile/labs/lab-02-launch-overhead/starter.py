@@ -86,3 +86,33 @@ def graph_step_us(num_kernels: int, launch_us: float, kernel_us: float, replay_u
 def predicted_speedup(num_kernels: int, launch_us: float, kernel_us: float, replay_us: float | None = None) -> float:
     """Eager step time / graph step time."""
     raise NotImplementedError("return eager_step_us(...) / graph_step_us(...)")
+
+
+def main() -> None:
+    n, launch = 300, 5.0
+    print(f"CPU cost of launching one step: {n} kernels x {launch:.0f} us = {n * launch:.0f} us")
+    print("\nstep time for n=300 kernels, launch 5 us (pipelined eager vs one replay)")
+    print(f"{'kernel_us':>9} {'gpu_us':>7} {'eager_us':>9} {'gpu_busy':>9} {'graph_us':>9} {'speedup':>8}")
+    for k_us in (0.5, 1.0, 2.0, 5.0, 10.0, 20.0):
+        e, g = eager_step_us(n, launch, k_us), graph_step_us(n, launch, k_us)
+        print(f"{k_us:>9.1f} {n * k_us:>7.0f} {e:>9.0f} {n * k_us / e:>9.0%} {g:>9.0f} {e / g:>8.2f}")
+    serial = n * launch + n * launch
+    print(f"\nno overlap at all (CPU and GPU take turns), kernel_us=5: {serial:.0f} us, GPU busy "
+          f"{n * launch / serial:.0%}")
+
+    print("\nlaunch counts after k calls (capture cost = n)")
+    print(f"{'n':>4} {'k':>6} {'eager':>8} {'graph':>7} {'ratio':>7}")
+    for num_ops in (3, 300):
+        for k in (1, 2, 10, 100, 1000):
+            print(f"{num_ops:>4} {k:>6} {eager_launches(num_ops, k):>8} {graph_launches(num_ops, k):>7} "
+                  f"{asymptotic_speedup(num_ops, k):>7.2f}")
+
+    print("\ncrossover call (first k where graph < eager)")
+    print(f"{'n':>4} {'c=n':>5} {'c=5n':>5}")
+    for num_ops in (1, 4, 32, 300):
+        a, b = crossover(num_ops), crossover(num_ops, 5 * num_ops)
+        print(f"{num_ops:>4} {a!s:>5} {b!s:>5}")
+
+
+if __name__ == "__main__":
+    main()

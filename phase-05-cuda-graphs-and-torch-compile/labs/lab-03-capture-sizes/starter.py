@@ -62,3 +62,39 @@ def engine_capture_sizes(
         "top = min(max_num_batched_tokens, max_capture_size or min(max_num_seqs * decode_query_len * 2, 512)); "
         "ladder = default_capture_sizes(top); append max_num_batched_tokens if <= top and missing"
     )
+
+
+def main() -> None:
+    small = default_capture_sizes(64)
+    print(f"ladder for max 64 ({len(small)} rungs): {small}")
+    big = default_capture_sizes(512)
+    print(f"ladder for max 512: {len(big)} rungs = 3 (1,2,4) + {sum(8 <= s < 256 for s in big)} "
+          f"(every 8 below 256) + {sum(s >= 256 for s in big)} (every 16 from 256)")
+    rule_of_8 = [1, 2, 4] + list(range(8, 513, 8))
+    print(f"'[1,2,4] + every multiple of 8' would give {len(rule_of_8)} rungs for 512; "
+          f"23 rungs of that rule means a max of {rule_of_8[22]}")
+    for seqs, tokens in ((256, 8192), (1024, 16384), (8, 8192), (256, 100)):
+        ladder = engine_capture_sizes(seqs, tokens)
+        print(f"engine max_num_seqs={seqs:<5} max_num_batched_tokens={tokens:<6} -> "
+              f"{len(ladder):>2} rungs, top {ladder[-1]}")
+
+    print("\npadding on the default 512 ladder")
+    print(f"{'batch':>5} {'rung':>5} {'junk':>5} {'extra work':>11} {'junk share':>11}")
+    for b in (1, 3, 5, 33, 100, 250, 257, 511, 513):
+        rung = select_capture_size(b, big)
+        junk = padded_tokens(b, big)
+        if rung is None:
+            print(f"{b:>5} {'eager':>5} {junk:>5} {'-':>11} {'-':>11}")
+        else:
+            print(f"{b:>5} {rung:>5} {junk:>5} {junk / b:>11.1%} {junk / rung:>11.1%}")
+
+    trace = [1, 3, 5, 9, 17, 33, 60, 64, 65, 100, 130, 250]
+    every4 = list(range(4, 513, 4))
+    pow2 = [1 << i for i in range(10)]
+    print(f"\ntrace {trace}")
+    for name, ladder in (("default", big), ("every 4", [1, 2] + every4), ("powers of 2", pow2)):
+        print(f"{name:>12}: {len(ladder):>3} rungs, {trace_waste(trace, ladder):>4} padded rows")
+
+
+if __name__ == "__main__":
+    main()

@@ -92,3 +92,35 @@ class Dispatcher:
         """What startup captures: PIECEWISE first, then FULL, each largest size first."""
         raise NotImplementedError("for PIECEWISE then FULL: sizes of that key set, sorted descending; skip empty sets")
 
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the routing table, the startup graph counts and a few dispatches (``--graphs``: counts only)."""
+    import sys
+
+    from mini_vllm.cudagraph import default_capture_sizes
+
+    only_graphs = "--graphs" in (sys.argv[1:] if argv is None else argv)
+    if not only_graphs:
+        print(f"{'mode':<20} {'decode batch':<13} {'mixed batch':<12} piecewise compile")
+        for m in MODES:
+            yes = "yes" if requires_piecewise_compilation(m) else "no"
+            print(f"{m:<20} {runtime_mode_for(m, True):<13} {runtime_mode_for(m, False):<12} {yes}")
+        print()
+
+    ladder = default_capture_sizes(512)
+    print(f"graphs captured at startup, default ladder ({len(ladder)} sizes, top {ladder[-1]})")
+    for seqs in (256, 1024):
+        for m in MODES:
+            plan = Dispatcher(m, ladder, max_num_seqs=seqs).capture_plan()
+            parts = ", ".join(f"{rt} {len(s)}" for rt, s in plan) or "none"
+            print(f"max_num_seqs={seqs:<5} {m:<20} {sum(len(s) for _, s in plan):>3}  ({parts})")
+    if only_graphs:
+        return
+
+    d = Dispatcher("FULL_AND_PIECEWISE", ladder, max_num_seqs=256)
+    print("\nFULL_AND_PIECEWISE, max_num_seqs=256: dispatch(num_tokens, uniform_decode)")
+    for n, u in ((1, True), (5, True), (5, False), (33, False), (200, True), (300, False), (600, False)):
+        print(f"  ({n:>3}, {u!s:<5}) -> {d.dispatch(n, u)}")
+
+if __name__ == "__main__":
+    main()

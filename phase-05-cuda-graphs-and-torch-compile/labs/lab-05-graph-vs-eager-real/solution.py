@@ -23,13 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from course.harness import load_lab
+from course.runtime import use_lab
 
-_LABS = next(p for p in Path(__file__).resolve().parents if p.name == "labs")
-LAB02 = load_lab(_LABS / "lab-02-launch-overhead" / "test_lab.py", impl="solution")  # lab-02's step-time model
+LAB02 = use_lab("phase-05/lab-02-launch-overhead")  # lab-02's step-time model
 
 # H100 SXM5 datasheet: 3.35 TB/s HBM3, 989 TFLOP/s dense BF16/FP16 tensor core.
 H100_SXM = {"hbm_tb_s": 3.35, "peak_tflops": 989.0}

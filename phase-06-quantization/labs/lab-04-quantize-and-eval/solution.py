@@ -29,15 +29,13 @@ On a GPU box, ``run.py`` does the same comparison with the real vLLM 0.22.1 and 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from course.harness import load_lab
+from course.runtime import use_lab
 
-_LABS = next(p for p in Path(__file__).resolve().parents if p.name == "labs")   # works from mutants/ too
-LAB03 = load_lab(_LABS / "lab-02-int4-groups-and-packing" / "test_lab.py", impl="solution")   # lab-02's reference
+LAB03 = use_lab("phase-06/lab-02-int4-groups-and-packing")   # lab-02's reference
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8).max)     # 448.0: the largest finite e4m3fn value

@@ -24,7 +24,6 @@ ratio against fp16 weights.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
@@ -145,10 +144,9 @@ def random_int4_weight(n: int, k: int, group_size: int, seed: int = 0, device: s
 def main() -> None:
     import numpy as np
 
-    from course.harness import load_lab
+    from course.runtime import use_lab
 
-    labs = next(p for p in Path(__file__).resolve().parents if p.name == "labs")
-    lab03 = load_lab(labs / "lab-02-int4-groups-and-packing" / "test_lab.py", impl="solution")
+    lab03 = use_lab("phase-06/lab-02-int4-groups-and-packing")
     W = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
     q, s = lab03.quantize_grouped(W, 32)
     packed = torch.from_numpy(lab03.pack_int4(q))

@@ -19,8 +19,6 @@ so the formula can be checked against what the loop really did.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 

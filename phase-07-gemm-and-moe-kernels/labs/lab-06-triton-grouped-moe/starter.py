@@ -145,11 +145,8 @@ def main() -> None:
     print(f"  expert_ids[:{int(n) // 4}]         = {e[: int(n) // 4].tolist()}   num_tokens_post_padded = {int(n)}")
     print(f"  (buffer sized for the worst case: {s.numel()} slots, {e.numel()} blocks)")
 
-    from pathlib import Path
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-    from course.harness import load_lab
-    lab01 = load_lab(Path(__file__).resolve().parent.parent / "lab-01-moe-routing" / "test_lab.py", impl="solution")
+    from course.runtime import use_lab
+    lab01 = use_lab("phase-07/lab-01-moe-routing")
     import numpy as np
     T, K, E, D, F = 8, 2, 4, 16, 32
     w_gate, experts = lab01.make_moe(num_experts=E, hidden=D, ffn=F, seed=0)

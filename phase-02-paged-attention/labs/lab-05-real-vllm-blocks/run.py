@@ -57,10 +57,9 @@ def child(args: argparse.Namespace) -> None:
 
 
 def parent(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(HERE.parents[2]))
-    from course.harness import load_lab
+    from course.runtime.bench import this_lab
 
-    lab = load_lab(HERE / "test_lab.py")
+    lab = this_lab(__file__)
     cmd = [sys.executable, __file__, "--child", "--model", args.model,
            "--gpu-memory-utilization", str(args.gpu_memory_utilization),
            "--max-model-len", str(args.max_model_len), "--num-prompts", str(args.num_prompts),

@@ -1,7 +1,7 @@
 """Benchmark the paged decode kernel against gather + torch scaled_dot_product_attention.
 
 On a CUDA machine:     python phase-02-paged-attention/labs/lab-06-triton-paged-attn/bench.py
-    (LAB_IMPL=starter benchmarks your starter.py instead of solution.py)
+    (--impl starter or LAB_IMPL=starter benchmarks your starter.py instead of solution.py)
 Anywhere, no GPU:      python phase-02-paged-attention/labs/lab-06-triton-paged-attn/bench.py --predict
     prints the bytes each shape must move and the time that takes at each device's datasheet peak.
 
@@ -15,13 +15,11 @@ copy again: at least 3x the KV traffic of the paged kernel.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from course.devices import lookup
+from course.runtime.bench import bench_main
+from course.runtime.devices import lookup
 
-HERE = Path(__file__).resolve().parent
 # The devices --predict tabulates, by the name torch.cuda.get_device_name() reports for each.
 PREDICT_DEVICES = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA A10", "NVIDIA L4"]
 
@@ -39,7 +37,7 @@ def kernel_bytes(num_seqs: int, seq_len: int) -> int:
     return kv + q_out + tables
 
 
-def predict() -> None:
+def predict(lab, args) -> None:
     peaks = [lookup(name) for name in PREDICT_DEVICES]
     print("predicted, not measured: time = kernel bytes / datasheet peak bandwidth")
     print("Llama-3-8B layer (32 q heads, 8 KV heads, head_dim 128, block 16, fp16)")
@@ -55,15 +53,11 @@ def predict() -> None:
         print(f"  {p.label}: {p.hbm_bytes_per_s / 1e12:.3g} TB/s — {p.reference}")
 
 
-def measure() -> None:
+def measure(lab, args) -> None:
     import torch
     import torch.nn.functional as F
     import triton
 
-    sys.path.insert(0, str(HERE.parents[2]))
-    from course.harness import load_lab
-
-    lab = load_lab(HERE / "test_lab.py")
     name = torch.cuda.get_device_name()
     found = lookup(name)
     print(f"device: {name}")
@@ -72,7 +66,7 @@ def measure() -> None:
         print(f"peak: {label} {peak / 1e12:.3g} TB/s — {ref}")
     else:
         peak = None
-        print("peak: unknown device, add it to course/devices.py (bandwidth % column will be blank)")
+        print("peak: unknown device, add it to course/runtime/devices.py (bandwidth % column will be blank)")
 
     def gather_sdpa(q, k_cache, v_cache, tables, seq_len):
         b, nb = tables.shape
@@ -96,18 +90,5 @@ def measure() -> None:
         print(f"{f'{b} x {n}':>20} {t_k * 1e3:>10.1f} {gbs:>8.0f} {pct:>7} {t_b * 1e3:>12.1f} {t_b / t_k:>7.2f}x")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--predict", action="store_true", help="print datasheet-based predictions (no GPU needed)")
-    args = ap.parse_args()
-    if args.predict:
-        predict()
-        return
-    import torch
-    if not torch.cuda.is_available():
-        sys.exit("bench.py measures on CUDA only; use --predict on a machine without a GPU")
-    measure()
-
-
 if __name__ == "__main__":
-    main()
+    sys.exit(bench_main(__file__, __doc__, measure, predict))

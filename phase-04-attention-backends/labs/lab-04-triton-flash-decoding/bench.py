@@ -17,16 +17,15 @@ sequence and KV head) when that lab is present; otherwise this lab's own kernel 
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from functools import partial
 from pathlib import Path
 
-from course.devices import lookup
+from course.runtime import use_lab
+from course.runtime.bench import bench_main
+from course.runtime.devices import lookup
 
 HERE = Path(__file__).resolve().parent
-PHASE02_LAB04 = HERE.parents[2] / "phase-02-paged-attention" / "labs" / "lab-06-triton-paged-attn" / "test_lab.py"
 
 PREDICT_DEVICE = ("H100 SXM", 3.35e12, 132)   # name, peak bytes/s (H100 datasheet), SMs (H100 SXM5: 132, NVIDIA H100 architecture whitepaper)
 
@@ -35,13 +34,8 @@ H, H_KV, D, BLOCK, ELEM = 32, 8, 128, 16, 2
 SHAPES = [(1, 8192), (1, 32768), (1, 131072), (4, 32768), (64, 4096)]   # (batch, seq_len)
 
 
-def load_impl(impl: str):
-    sys.path.insert(0, str(HERE.parents[2]))
-    from course.harness import load_lab
-    return load_lab(HERE / "test_lab.py", impl=impl)
 
-
-def predict(lab) -> None:
+def predict(lab, args) -> None:
     name, peak, sms = PREDICT_DEVICE
     print(f"predicted for {name}: {peak / 1e12:.2f} TB/s peak, {sms} SMs; Llama-3.1-8B attention "
           f"(H={H}, H_kv={H_KV}, D={D}), fp16, block_size={BLOCK}")
@@ -59,21 +53,18 @@ def predict(lab) -> None:
 
 def baseline(lab):
     """(label, fn) for the single-pass comparison kernel."""
-    if PHASE02_LAB04.is_file():
-        from course.harness import load_lab
-        try:
-            mod = load_lab(PHASE02_LAB04, impl="solution")
-            fn = mod.paged_decode_attention
-            return "Phase 02 lab 06 paged_decode_attention (single pass, grid B x H_kv)", fn
-        except (ImportError, AttributeError, FileNotFoundError) as exc:
-            print(f"(could not load Phase 02 lab 06: {exc}; using the fallback)")
+    try:
+        fn = use_lab("phase-02/lab-06-triton-paged-attn").paged_decode_attention
+        return "Phase 02 lab 06 paged_decode_attention (single pass, grid B x H_kv)", fn
+    except (ImportError, AttributeError, FileNotFoundError) as exc:
+        print(f"(could not load Phase 02 lab 06: {exc}; using the fallback)")
 
     def single_pass(q, k, v, tables, lens):
         return lab.flash_decode(q, k, v, tables, lens, 1)
     return "FALLBACK: this lab's kernel with S=1 (single pass, grid B x H, no merge)", single_pass
 
 
-def measure(lab) -> int:
+def measure(lab, args) -> int:
     import torch
     from triton.testing import do_bench
 
@@ -81,7 +72,7 @@ def measure(lab) -> int:
     found = lookup(dev)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if found is None:
-        print(f"{dev}: not in the peak table; add it to course/devices.py with its datasheet value")
+        print(f"{dev}: not in the peak table; add it to course/runtime/devices.py with its datasheet value")
         return 2
     peak, ref = found.hbm_bytes_per_s, found.reference
     label, base_fn = baseline(lab)
@@ -114,21 +105,5 @@ def measure(lab) -> int:
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--predict", action="store_true", help="no GPU: print bytes, grids and ideal times")
-    ap.add_argument("--impl", default=os.environ.get("LAB_IMPL", "solution"), choices=["solution", "starter"])
-    args = ap.parse_args()
-    lab = load_impl(args.impl)
-    if args.predict:
-        predict(lab)
-        return 0
-    import torch
-    if not torch.cuda.is_available():
-        print("no CUDA device: run with --predict for the formula-based figures")
-        return 2
-    return measure(lab)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(__file__, __doc__, measure, predict))

@@ -24,8 +24,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def _lab(impl: str):
-    from course.harness import load_lab
-    return load_lab(HERE / "test_lab.py", impl=impl)
+    from course.runtime.bench import this_lab
+
+    return this_lab(__file__, impl)
 
 
 def _torch_dtype(name: str):

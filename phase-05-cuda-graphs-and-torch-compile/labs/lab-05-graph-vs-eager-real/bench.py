@@ -9,19 +9,15 @@ replays with CUDA events (the events bracket the whole loop, so GPU idle time be
 counts, which is the point), and prints the measured times, the speedup, and lab-02's model
 fitted to them (``compare_with_model``). It also counts the kernels of one step with the CUDA
 profiler and prints the roofline prediction (``predict_rows``) for the device when its peak is
-in ``course/devices.py``. Needs CUDA; nothing here runs in the CPU test suite.
+in ``course/runtime/devices.py``. Needs CUDA; nothing here runs in the CPU test suite.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `course`
-
-from course.devices import lookup
-from course.harness import load_lab
+from course.runtime.bench import bench_main
+from course.runtime.devices import lookup
 
 
 def time_us(fn, iters: int, warmup: int) -> float:
@@ -69,19 +65,15 @@ def measure_batch(lab, model, cfg, batch: int, iters: int, warmup: int) -> tuple
     return (eager, graph), kernels
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--impl", choices=["solution", "starter"], default="solution")
+def add_arguments(ap) -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
-    args = ap.parse_args()
 
+
+def measure(lab, args) -> None:
     import torch
 
-    if not torch.cuda.is_available():
-        sys.exit("bench.py needs a CUDA GPU; on a CPU-only machine read the predicted table in README.md")
-    lab = load_lab(Path(__file__).with_name("test_lab.py"), impl=args.impl)
     cfg = lab.DecoderConfig()
     model = lab.build_decoder(cfg, device="cuda")
     name = torch.cuda.get_device_name()
@@ -121,4 +113,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(bench_main(__file__, __doc__, measure, add_arguments=add_arguments))

@@ -15,12 +15,12 @@ x + y (`matmul_bytes` in solution.py). The baseline is `x @ W.T` in fp16 with W 
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
-from course.devices import lookup
+from course.runtime import use_lab
+from course.runtime.bench import bench_main
+from course.runtime.devices import lookup
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,13 +35,8 @@ GROUP = 128
 CONFIGS = [(32, 128, 4), (64, 128, 4), (128, 128, 4), (64, 64, 4), (128, 128, 8)]   # (block_n, block_k, warps)
 
 
-def load_impl(impl: str):
-    sys.path.insert(0, str(HERE.parents[2]))
-    from course.harness import load_lab
-    return load_lab(HERE / "test_lab.py", impl=impl)
 
-
-def predict(lab) -> None:
+def predict(lab, args) -> None:
     peak = lookup(PREDICT_DEVICE)
     bw, flops, ref = peak.hbm_bytes_per_s, peak.dense_bf16_flops, PREDICT_REF
     print(f"predicted for {peak.label}: {bw / 1e12:.2f} TB/s, {flops / 1e12:.0f} TFLOP/s dense fp16 ({ref})")
@@ -58,7 +53,7 @@ def predict(lab) -> None:
     print("(no --predict, on a GPU) reports how far below in its %peak columns.")
 
 
-def measure(lab) -> int:
+def measure(lab, args) -> int:
     import numpy as np
     import torch
     from triton.testing import do_bench
@@ -66,11 +61,10 @@ def measure(lab) -> int:
     dev = torch.cuda.get_device_name()
     found = lookup(dev)
     if found is None or found.dense_bf16_flops is None:
-        print(f"{dev}: not in the peak table; add it to course/devices.py with its datasheet values")
+        print(f"{dev}: not in the peak table; add it to course/runtime/devices.py with its datasheet values")
         return 2
     bw, flops, ref = found.hbm_bytes_per_s, found.dense_bf16_flops, found.reference
-    from course.harness import load_lab
-    lab03 = load_lab(HERE.parent / "lab-02-int4-groups-and-packing" / "test_lab.py", impl="solution")
+    lab03 = use_lab("phase-06/lab-02-int4-groups-and-packing")
     print(f"device: {dev}; peak {bw / 1e12:.2f} TB/s, {flops / 1e12:.0f} TFLOP/s dense fp16 ({ref})")
     print("baseline: torch.matmul(x, W.T) in fp16 (cuBLAS), W = the same int4 weights dequantized")
     print(f"{'layer':<13} {'M':>4} {'config':>11} {'int4 us':>8} {'GB/s':>6} {'%peak':>6} "
@@ -106,21 +100,5 @@ def measure(lab) -> int:
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--predict", action="store_true", help="no GPU: print bytes and roofline times")
-    ap.add_argument("--impl", default=os.environ.get("LAB_IMPL", "solution"), choices=["solution", "starter"])
-    args = ap.parse_args()
-    lab = load_impl(args.impl)
-    if args.predict:
-        predict(lab)
-        return 0
-    import torch
-    if not torch.cuda.is_available():
-        print("no CUDA device: run with --predict for the formula-based figures")
-        return 2
-    return measure(lab)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(__file__, __doc__, measure, predict))

@@ -14,13 +14,12 @@ with every row of GPU_CONFIGS (a hand-rolled autotune) and the fastest config is
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
 import sys
 from pathlib import Path
 
-from course.devices import lookup
+from course.runtime.bench import bench_main
+from course.runtime.devices import lookup
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,16 +28,11 @@ TARGET = 0.80                                   # the lab's goal: >= 80 % of tor
 PREDICT_TILES = [(128, 128), (128, 256), (256, 128)]   # the tile shapes of GPU_CONFIGS' big configs
 
 
-def load_impl(impl: str):
-    sys.path.insert(0, str(HERE.parents[2]))
-    from course.harness import load_lab
-    return load_lab(HERE / "test_lab.py", impl=impl)
 
-
-def predict(lab, shapes) -> None:
+def predict(lab, args) -> None:
     name, peak, bw, sms = PREDICT
     print(f"predicted for {name}: {peak / 1e12:.0f} TFLOP/s dense bf16, {bw / 1e12:.2f} TB/s HBM, {sms} SMs")
-    for M, N, K in shapes:
+    for M, N, K in parse_shapes(args):
         flops = lab.gemm_flops(M, N, K)
         ideal = flops / peak
         operands = 2 * (M * K + K * N + M * N)
@@ -55,14 +49,14 @@ def predict(lab, shapes) -> None:
     print(f"target: Triton kernel time <= torch.matmul time / {TARGET:.2f} (>= {TARGET:.0%} of cuBLAS)")
 
 
-def measure(lab, shapes) -> int:
+def measure(lab, args) -> int:
     import torch
     from triton.testing import do_bench
 
     dev = torch.cuda.get_device_name()
     found = lookup(dev)
     if found is None or found.dense_bf16_flops is None:
-        print(f"{dev}: not in the peak table; add it to course/devices.py with its datasheet value")
+        print(f"{dev}: not in the peak table; add it to course/runtime/devices.py with its datasheet value")
         return 2
     peak, ref = found.dense_bf16_flops, found.reference
     print(f"device: {dev}; peak {peak / 1e12:.0f} TFLOP/s dense bf16 ({ref})")
@@ -70,7 +64,7 @@ def measure(lab, shapes) -> int:
           f" {'vs torch':>9}  best config (BM, BN, BK, GROUP_M, warps, stages)")
     g = torch.Generator(device="cuda").manual_seed(0)
     status = 0
-    for M, N, K in shapes:
+    for M, N, K in parse_shapes(args):
         a = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
         b = torch.randn(K, N, device="cuda", generator=g).to(torch.bfloat16)
         ref_c = torch.matmul(a, b)
@@ -103,23 +97,13 @@ def measure(lab, shapes) -> int:
     return status
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--predict", action="store_true", help="no GPU: FLOPs, ideal time, traffic model")
-    ap.add_argument("--impl", default=os.environ.get("LAB_IMPL", "solution"), choices=["solution", "starter"])
+def parse_shapes(args) -> list[tuple[int, ...]]:
+    return [tuple(int(v) for v in s.split(",")) for s in args.shapes]
+
+
+def add_shapes(ap) -> None:
     ap.add_argument("--shapes", nargs="+", default=["4096,4096,4096"], help="M,N,K triples")
-    args = ap.parse_args()
-    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes]
-    lab = load_impl(args.impl)
-    if args.predict:
-        predict(lab, shapes)
-        return 0
-    import torch
-    if not torch.cuda.is_available():
-        print("no CUDA device: run with --predict for the formula-based figures")
-        return 2
-    return measure(lab, shapes)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(__file__, __doc__, measure, predict, add_arguments=add_shapes))

@@ -15,12 +15,11 @@ bytes = the weights of every expert that received a row (each read once) plus ac
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
-from course.devices import lookup
+from course.runtime.bench import bench_main
+from course.runtime.devices import lookup
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,11 +27,6 @@ PREDICT = ("H100 SXM", 989e12, 3.35e12)
 D, F, E, K = 4096, 14336, 8, 2
 SHAPES = [8, 64, 4096]          # tokens per step
 
-
-def load_impl(impl: str):
-    sys.path.insert(0, str(HERE.parents[2]))
-    from course.harness import load_lab
-    return load_lab(HERE / "test_lab.py", impl=impl)
 
 
 def routing(tokens: int, device="cpu"):
@@ -54,7 +48,7 @@ def cost(lab, ids, block_m: int, elem: int = 2) -> tuple[int, int, int, int]:
     return flops, nbytes, valid, padded
 
 
-def predict(lab) -> None:
+def predict(lab, args) -> None:
     name, peak, bw = PREDICT
     print(f"predicted for {name}: {peak / 1e12:.0f} TFLOP/s dense bf16, {bw / 1e12:.2f} TB/s; "
           f"Mixtral experts d={D}, f={F}, E={E}, top-{K}, bf16, ReLU expert (2 GEMMs)")
@@ -87,14 +81,14 @@ def torch_loop(x, w1, w2, ids, w):
     return (y.view(T, k, -1) * w.to(x.dtype).unsqueeze(-1)).sum(1)
 
 
-def measure(lab) -> int:
+def measure(lab, args) -> int:
     import torch
     from triton.testing import do_bench
 
     dev = torch.cuda.get_device_name()
     found = lookup(dev)
     if found is None or found.dense_bf16_flops is None:
-        print(f"{dev}: not in the peak table; add it to course/devices.py with its datasheet values")
+        print(f"{dev}: not in the peak table; add it to course/runtime/devices.py with its datasheet values")
         return 2
     peak, bw, ref = found.dense_bf16_flops, found.hbm_bytes_per_s, found.reference
     print(f"device: {dev}; {ref}")
@@ -130,21 +124,5 @@ def measure(lab) -> int:
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--predict", action="store_true", help="no GPU: FLOPs, bytes, padding, floor times")
-    ap.add_argument("--impl", default=os.environ.get("LAB_IMPL", "solution"), choices=["solution", "starter"])
-    args = ap.parse_args()
-    lab = load_impl(args.impl)
-    if args.predict:
-        predict(lab)
-        return 0
-    import torch
-    if not torch.cuda.is_available():
-        print("no CUDA device: run with --predict for the formula-based figures")
-        return 2
-    return measure(lab)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(__file__, __doc__, measure, predict))

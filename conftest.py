@@ -33,7 +33,7 @@ HAS_CUDA = cpu_env.has_cuda()
 cpu_env.apply(HAS_CUDA)
 # ---------------------------------------------------------------------------------------------
 
-from course.harness import LabImplError, current_impl
+from course.runtime.harness import LabImplError, current_impl  # noqa: E402 - after cpu_env.apply
 
 ROOT = Path(__file__).resolve().parent
 

@@ -62,8 +62,9 @@ class Lab:
 
     @property
     def mutants(self) -> list[Path]:
+        """The lab's ``mutants/*.diff`` files (see ``course.patches`` for the format)."""
         folder = self.path / "mutants"
-        return sorted(p for p in folder.glob("*.py") if p.name != "__init__.py") if folder.is_dir() else []
+        return sorted(folder.glob("*.diff")) if folder.is_dir() else []
 
     @property
     def tag(self) -> str:

@@ -1,13 +1,15 @@
 """Builders for tiny throwaway labs, used by the tooling's own tests (and handy for trying the tools).
 
 A fake lab follows the real contract: ``test_lab.py`` loads the module under test with
-``course.harness.load_lab(__file__)``; ``solution.py`` is right, ``starter.py`` raises
-``NotImplementedError``, ``mutants/*.py`` are plausible wrong solutions.
+``course.runtime.lab_module(__file__)``; ``solution.py`` is right, ``starter.py`` raises
+``NotImplementedError``, ``mutants/*.diff`` are plausible wrong solutions as deltas.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from course import patches
 
 SOLUTION = '''"""Reference: add two numbers."""
 
@@ -25,23 +27,13 @@ def add(a: int, b: int) -> int:
     raise NotImplementedError("return the sum of a and b")
 '''
 
-MUTANT_WRONG = '''"""Mutant: subtracts instead of adding."""
+# Mutants: the wrong solution.py each one stands for (make_lab stores them as deltas).
+MUTANT_WRONG = SOLUTION.replace("return a + b", "return a - b")
+MUTANT_SAME = SOLUTION.replace("return a + b", "return b + a")  # secretly correct: nothing catches it
 
+TESTS = """from course.runtime import lab_module
 
-def add(a: int, b: int) -> int:
-    return a - b
-'''
-
-MUTANT_SAME = '''"""Mutant that is secretly correct: no test can catch it."""
-
-
-def add(a: int, b: int) -> int:
-    return b + a
-'''
-
-TESTS = """from course.harness import load_lab
-
-lab = load_lab(__file__)
+lab = lab_module(__file__)
 
 
 def test_adds_small_numbers():
@@ -77,9 +69,10 @@ def make_lab(
     (lab / "starter.py").write_text(starter, encoding="utf-8")
     (lab / "test_lab.py").write_text(TESTS + (LAZY_TEST if lazy_test else ""), encoding="utf-8")
     if mutants is None:
-        mutants = {"subtracts.py": MUTANT_WRONG}
+        mutants = {"subtracts": MUTANT_WRONG}
     if mutants:
         (lab / "mutants").mkdir()
-        for filename, text in mutants.items():
-            (lab / "mutants" / filename).write_text(text, encoding="utf-8")
+        for name, text in mutants.items():
+            delta = patches.write_diff(f"Fake mutant {name}.", {"solution.py": (SOLUTION, text)})
+            (lab / "mutants" / f"{name}.diff").write_text(delta, encoding="utf-8")
     return lab

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from course import ROOT, zygote_client
-from course.discover import Lab, find_phases, labs_in_order, select_phases
-from course.labrun import LabRun, run_lab
+from course import ROOT
+from course.discover import find_phases, labs_in_order, select_phases
+from course.labrun import LabRun, run_lab, run_many
 from course.report import print_table, progress
 
 
@@ -52,21 +51,15 @@ def run(args: argparse.Namespace) -> int:
         return 1 if args.strict else 0
     progress(f"grading {len(labs)} lab(s) with LAB_IMPL=starter on {args.jobs} worker(s)…")
     start = time.monotonic()
-
-    def one(lab: Lab) -> LabRun:
-        return run_lab(lab.path, args.root, "starter", impl="starter")
-
-    runs: dict[Path, LabRun] = {}
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            # map() yields in submission order, so progress reads in lab order whatever finishes first.
-            for number, (lab, result) in enumerate(zip(labs, pool.map(one, labs), strict=True), 1):
-                runs[lab.path] = result
-                progress(
-                    f"  [{number}/{len(labs)}] {lab.path.parent.parent.name}/{lab.name}: {status(result)}"
-                )
-    finally:
-        zygote_client.shutdown()
+    # Progress follows the one lab order (folder numbers), whatever finishes first.
+    results = run_many(
+        labs,
+        lambda lab: run_lab(lab.path, args.root, "starter", impl="starter"),
+        lambda lab, result: f"{lab.path.parent.parent.name}/{lab.name}: {status(result)}",
+        args.jobs,
+        in_order=True,
+    )
+    runs = {lab.path: result for lab, result in zip(labs, results, strict=True)}
     all_done = True
     grand = {"labs": 0, "done": 0, "passed": 0, "tests": 0}
     for phase in phases:

@@ -12,14 +12,22 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from course import ROOT, zygote_client
 from course.guard import TIMEOUT_TAG
+from course.report import progress
 from course.runtime import cpu_env
 from course.zygote import preload_for
+
+T = TypeVar("T")
 
 # Autoloaded plugins a lab run does not need; skipping them saves about a second per run.
 UNNEEDED_PLUGINS = ("xdist", "xdist.looponfail", "anyio", "hypothesispytest", "cacheprovider")
@@ -135,7 +143,7 @@ def lab_env(
         env["LAB_IMPL"] = impl
     if lab_file:
         env["COURSE_LAB_FILE"] = str(lab_file)
-    # The lab's tests import ``course.harness``: make sure this checkout's package is the one found.
+    # The lab's tests import ``course.runtime``: make sure this checkout's package is the one found.
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH", "")) if x)
     env.setdefault("PYTHONHASHSEED", "0")
     env.setdefault("MPLBACKEND", "Agg")
@@ -158,12 +166,16 @@ def run_lab(
     lab_file: Path | None = None,
     timeout: float = RUN_TIMEOUT_S,
     first_failure: bool = False,
+    extra_env: dict[str, str] | None = None,
+    fork: bool = True,
 ) -> LabRun:
     """Run ``pytest <lab_dir>`` from ``root`` with the chosen implementation.
 
     ``first_failure`` stops at the first failing test (``-x``): enough to show a mutant is caught.
+    ``fork=False`` always starts a fresh interpreter (the zygote's preloaded modules would shadow
+    a patched copy of ``mini_vllm``).
     """
-    env = lab_env(impl, lab_file)
+    env = lab_env(impl, lab_file, extra_env)
     with tempfile.TemporaryDirectory(prefix="course-junit-") as tmp:
         report = Path(tmp) / "report.xml"
         args = [str(lab_dir), "-q", "--no-header", "-rN", f"--junitxml={report}", "-o", "junit_family=xunit2"]
@@ -173,7 +185,7 @@ def run_lab(
             args.append("-x")
         log = Path(tmp) / "output.log"
         try:
-            code = zygote_client.run_pytest(root, env, args, log, preload_for(lab_dir), timeout)
+            code = zygote_client.run_pytest(root, env, args, log, preload_for(lab_dir), timeout) if fork else None
         except TimeoutError:
             partial = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
             return _timed_out(label, timeout, partial)
@@ -216,3 +228,40 @@ def _timed_out(label: str, timeout: float, partial_output: str | bytes) -> LabRu
     )
     case = CaseResult(name="<run timed out>", outcome="failed", message=message)
     return LabRun(label, returncode=124, tests=[case], output=f"{partial_output}\n{message}".strip())
+
+
+def run_many(
+    tasks: Sequence[T],
+    one: Callable[[T], LabRun],
+    line: Callable[[T, LabRun], str],
+    jobs: int,
+    in_order: bool = False,
+) -> list[LabRun]:
+    """Run ``one(task)`` for every task on ``jobs`` threads, printing ``line(task, result)`` per run.
+
+    Lines come as runs finish, with their time, or with ``in_order`` in the tasks' own order.
+    """
+    done = 0
+    lock = threading.Lock()
+
+    def timed(task: T) -> LabRun:
+        nonlocal done
+        start = time.monotonic()
+        result = one(task)
+        if not in_order:
+            with lock:
+                done += 1
+                progress(f"  [{done}/{len(tasks)}] {line(task, result)} ({time.monotonic() - start:.1f}s)")
+        return result
+
+    results: list[LabRun] = []
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            # map() yields in submission order, so in-order progress reads in task order.
+            for number, (task, result) in enumerate(zip(tasks, pool.map(timed, tasks), strict=True), 1):
+                results.append(result)
+                if in_order:
+                    progress(f"  [{number}/{len(tasks)}] {line(task, result)}")
+    finally:
+        zygote_client.shutdown()
+    return results

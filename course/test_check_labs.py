@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from course import check_labs
+from course import check_labs, patches
 from course.discover import find_phases
-from course.fakelab import MUTANT_SAME, MUTANT_WRONG, make_lab
+from course.fakelab import MUTANT_SAME, MUTANT_WRONG, SOLUTION, make_lab
 from course.labrun import CaseResult, LabRun, run_lab
 from course.zygote import preload_for
 
@@ -23,7 +23,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, check_labs.L
         root,
         name="lab-02-defective",
         lazy_test=True,
-        mutants={"subtracts.py": MUTANT_WRONG, "commutes.py": MUTANT_SAME},
+        mutants={"subtracts": MUTANT_WRONG, "commutes": MUTANT_SAME},
     )
     labs = [lab for phase in find_phases(root) for lab in phase.labs]
     return {v.lab.name: v for v in check_labs.check(labs, root, jobs=2)}
@@ -47,7 +47,7 @@ def test_catches_a_starter_that_passes_and_names_the_test(verdicts):
 def test_catches_a_surviving_mutant_and_names_it(verdicts):
     v = verdicts["lab-02-defective"]
     assert [p for p in v.problems if "mutant" in p] == [
-        "mutant commutes.py survives: every test passes on it"
+        "mutant commutes survives: every test passes on it"
     ]
 
 
@@ -66,7 +66,7 @@ def test_gpu_skips_are_ignored_but_a_solution_that_runs_nothing_fails(tmp_path: 
     gpu_skip = CaseResult("test_gpu", "skipped", "gpu: no CUDA device here")
     ok_solution = LabRun("solution", 0, [CaseResult("test_a", "passed"), gpu_skip])
     starter = LabRun("starter", 1, [CaseResult("test_a", "failed"), gpu_skip])
-    mutant = LabRun("mutant m.py", 1, [CaseResult("test_a", "failed"), gpu_skip])
+    mutant = LabRun("mutant m", 1, [CaseResult("test_a", "failed"), gpu_skip])
     assert check_labs.judge(lab, ok_solution, starter, [mutant]).ok
     only_skips = LabRun("solution", 0, [gpu_skip])
     assert "no test ran" in check_labs.judge(lab, only_skips, starter, [mutant]).problems[0]
@@ -77,7 +77,7 @@ def test_cli_exit_code_reflects_failures(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(
         check_labs,
         "check",
-        lambda labs, root, jobs: [
+        lambda labs, root, jobs, all_labs=None: [
             check_labs.LabVerdict(lab, LabRun("solution", 0), LabRun("starter", 1), [], ["boom"])
             for lab in labs
         ],
@@ -104,6 +104,46 @@ def test_heavy_imports_are_found_for_preloading(tmp_path: Path):
         "import numpy as np\nimport torch\nfrom vllm.v1.core.block_pool import BlockPool\n"
     )
     (tmp_path / "test_lab.py").write_text(
-        "import triton.language as tl\nfrom course.harness import load_lab\n"
+        "import triton.language as tl\nfrom course.runtime import lab_module\n"
     )
     assert preload_for(tmp_path) == ["torch", "vllm.v1.core.block_pool", "triton.language"]
+
+
+def test_a_stale_delta_fails_check_labs_naming_the_lab_and_the_mutant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    lab = make_lab(tmp_path, mutants={"subtracts": MUTANT_WRONG})
+    # The solution is edited under the mutant: the line its delta removes is gone.
+    (lab / "solution.py").write_text(SOLUTION.replace("return a + b", "return sum((a, b))"), encoding="utf-8")
+    args = argparse.Namespace(phases=["00"], jobs=1, root=tmp_path)
+    assert check_labs.run(args) == 1
+    out = capsys.readouterr().out
+    assert "FAIL phase-00-fake/labs/lab-01-add" in out
+    assert "mutant subtracts of phase-00-fake/labs/lab-01-add no longer applies to solution.py" in out
+    assert "expected 'return a + b', found 'return sum((a, b))'" in out
+
+
+def test_a_delta_that_moved_still_applies(tmp_path: Path):
+    lab = make_lab(tmp_path)
+    (lab / "solution.py").write_text("# a new first line\n" + SOLUTION, encoding="utf-8")
+    [mutant] = find_phases(tmp_path)[0].labs[0].mutants
+    path = check_labs.materialize(find_phases(tmp_path)[0].labs[0], mutant, tmp_path / "out")
+    assert "return a - b" in path.read_text() and path.read_text().startswith("# a new first line")
+
+
+def test_mini_vllm_mutants_run_against_a_patched_copy(tmp_path: Path):
+    pkg = tmp_path / "mini_vllm"
+    (pkg / "mutants").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "calc.py").write_text(SOLUTION)
+    (pkg / "test_calc.py").write_text("from mini_vllm.calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    caught = patches.write_diff("Subtracts.", {"mini_vllm/calc.py": (SOLUTION, MUTANT_WRONG)})
+    survives = patches.write_diff("Commutes.", {"mini_vllm/calc.py": (SOLUTION, MUTANT_SAME)})
+    (pkg / "mutants" / "subtracts.diff").write_text(caught)
+    (pkg / "mutants" / "commutes.diff").write_text(survives)
+    (pkg / "mutants" / "stale.diff").write_text(caught.replace("return a + b", "return a * b"))
+    problems = check_labs.check_mini(tmp_path, jobs=1)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("mini_vllm mutant stale no longer applies"), problems
+    assert problems[1] == "mini_vllm mutant commutes survives: every test in mini_vllm passes on it"
+    assert (pkg / "calc.py").read_text() == SOLUTION, "the real package is never patched"

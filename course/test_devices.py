@@ -1,10 +1,10 @@
-"""course.devices.lookup maps real torch.cuda.get_device_name() strings to the right datasheet row."""
+"""course.runtime.devices.lookup maps real torch.cuda.get_device_name() strings to the right datasheet row."""
 
 from __future__ import annotations
 
 import pytest
 
-from course.devices import DEVICES, DevicePeak, lookup
+from course.runtime.devices import DEVICES, DevicePeak, lookup
 
 CASES = [
     ("NVIDIA H100 80GB HBM3", "H100 SXM"),

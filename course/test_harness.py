@@ -12,7 +12,7 @@ import pytest
 
 from conftest import HAS_CUDA
 from course import ROOT
-from course.harness import OPTIONAL_DEPS, LabImplError, current_impl, load_lab
+from course.runtime.harness import OPTIONAL_DEPS, LabImplError, current_impl, load_lab
 
 
 def _lab(tmp: Path, solution: str, starter: str, test: str) -> Path:
@@ -67,7 +67,7 @@ def test_strict_mode_fails_every_non_gpu_skip_but_allows_a_gpu_skip(tmp_path):
     extra (both must fail in strict mode)."""
     gpu_and_plain = """
     import pytest
-    from course.harness import load_lab
+    from course.runtime.harness import load_lab
     lab = load_lab(__file__)
 
     @pytest.mark.gpu
@@ -82,7 +82,7 @@ def test_strict_mode_fails_every_non_gpu_skip_but_allows_a_gpu_skip(tmp_path):
     missing.mkdir()
     (missing / "solution.py").write_text("import course_fake_extra\n")
     (missing / "test_lab.py").write_text(textwrap.dedent("""
-    from course.harness import OPTIONAL_DEPS, load_lab
+    from course.runtime.harness import OPTIONAL_DEPS, load_lab
     OPTIONAL_DEPS.setdefault("course_fake_extra", "pip install course-fake-extra")
     lab = load_lab(__file__)
 
@@ -97,3 +97,26 @@ def test_strict_mode_fails_every_non_gpu_skip_but_allows_a_gpu_skip(tmp_path):
     assert "1 failed" in out and "1 skipped" in out and "1 error" in out, (
         "strict mode must fail the plain skip and the collection skip, and allow only the gpu skip:\n" + out
     )
+
+
+def test_lab_module_loads_nothing_until_a_test_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from course.runtime import lab_module
+
+    (tmp_path / "solution.py").write_text("LOADED = True\n")
+    handle = lab_module(tmp_path / "test_lab.py")
+    assert "not loaded yet" in repr(handle)
+    with pytest.raises(AttributeError):
+        handle._pytestfixturefunction  # what pytest probes while collecting: never a load
+    assert "not loaded yet" in repr(handle)
+    assert handle.LOADED is True and "(loaded)" in repr(handle)
+
+
+def test_use_lab_resolves_a_lab_id_and_rejects_a_bad_one():
+    from course.runtime import use_lab
+
+    lab01 = use_lab("phase-07/lab-01-moe-routing")
+    assert callable(lab01.route)
+    with pytest.raises(ValueError, match="phase-NN/lab-MM-slug"):
+        use_lab("lab-01-moe-routing")
+    with pytest.raises(FileNotFoundError):
+        use_lab("phase-07/lab-99-nothing")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from course.pinned import compile_definitions
+from course.runtime.pinned import compile_definitions
 
 SOURCE = '''
 import torch  # never executed: only the named definitions are compiled

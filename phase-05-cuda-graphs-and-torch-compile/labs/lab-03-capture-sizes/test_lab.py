@@ -2,8 +2,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from course.pinned import compile_definitions
 from course.runtime import lab_module
+from course.runtime.pinned import compile_definitions
 
 lab = lab_module(__file__)   # solution.py by default; LAB_IMPL=starter grades starter.py
 

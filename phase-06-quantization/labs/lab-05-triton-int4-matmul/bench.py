@@ -25,7 +25,7 @@ from course.runtime.devices import lookup
 HERE = Path(__file__).resolve().parent
 
 PREDICT_DEVICE = "NVIDIA H100 80GB HBM3"   # torch.cuda.get_device_name() of an H100 SXM
-# The citation --predict prints (pinned in README.md); the figures themselves come from course/devices.py.
+# The citation --predict prints (pinned in README.md); the figures themselves come from course/runtime/devices.py.
 PREDICT_REF = "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM (3.35 TB/s HBM3, 1,979 TFLOP/s sparse)"
 
 # Llama-3-8B's projections (N = out_features, K = in_features), int4 weights with group 128.

@@ -227,6 +227,8 @@ def fetch_wheel(dest: Path, cache: Path, wheel: Path | None = None) -> str:
 
 # ---------------------------------------------------------------- orchestration
 
+STAGING_PREFIX = ".upstream-staging-"
+
 
 def materialize(
     tree: Path, cache: Path, route: str = "auto", force: bool = False, wheel: Path | None = None
@@ -248,7 +250,11 @@ def materialize(
             return "already"
 
     tree.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".upstream-staging-", dir=tree.parent))
+    # A run killed outright (SIGKILL, a closed terminal) never reaches the ``finally`` below: clear
+    # what such a run left before staging again. (.gitignore covers the folder meanwhile.)
+    for leftover in tree.parent.glob(STAGING_PREFIX + "*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=tree.parent))
     staged = staging / "tree"
     errors = []
     used = None

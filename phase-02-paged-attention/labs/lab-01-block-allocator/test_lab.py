@@ -122,7 +122,7 @@ def test_allocate_free_cycles_keep_invariant_I1():
     rng = np.random.default_rng(0)
     pool = lab.BlockPool(num_gpu_blocks=17)
     live = []
-    for step in range(200):
+    for _ in range(200):
         if live and (rng.random() < 0.45 or pool.get_num_free_blocks() == 0):
             table = live.pop(int(rng.integers(len(live))))
             pool.free_blocks(reversed(table))

@@ -106,7 +106,7 @@ def measure(lab, args) -> None:
         for r in lab.predict_rows(n_cuda, cfg, tuple(args.batches), **p):
             print(f"{r['batch']:>5} gpu {r['gpu_us']:>7.0f} us   eager {r['eager_us']:>7.0f} us   "
                   f"graph {r['graph_us']:>7.0f} us   {r['speedup']:.2f}x")
-        for b, (eager, graph) in sorted(measured.items()):
+        for b, (_eager, graph) in sorted(measured.items()):
             nbytes = 2 * (cfg.weight_params + cfg.kv_elems(b))
             print(f"batch {b:>3}: graph step moves {nbytes / 1e6:.0f} MB -> {nbytes / graph / 1e6:.2f} TB/s "
                   f"= {nbytes / graph / 1e6 / p['hbm_tb_s']:.0%} of the {p['hbm_tb_s']} TB/s peak")

@@ -167,7 +167,7 @@ def quantize_model(model: nn.Module, fmt: str) -> nn.Module:
     ``get_quant_method``.
     """
     qmodel = copy.deepcopy(model)
-    for name, child in list(qmodel.named_modules()):
+    for _name, child in list(qmodel.named_modules()):
         for attr, sub in list(child.named_children()):
             if isinstance(sub, nn.Linear):
                 setattr(child, attr, QuantLinear(sub.weight.data, get_quant_method(fmt)))

@@ -16,6 +16,7 @@ bytes = the weights of every expert that received a row (each read once) plus ac
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 from course.runtime.bench import bench_main
@@ -100,7 +101,7 @@ def measure(lab, args) -> int:
         x = torch.randn(tokens, D, device="cuda", generator=g).to(torch.bfloat16)
         ids, w = routing(tokens, "cuda")
         ref_out = torch_loop(x, w1, w2, ids, w).float()
-        t_loop = do_bench(lambda: torch_loop(x, w1, w2, ids, w)) * 1e-3
+        t_loop = do_bench(partial(torch_loop, x, w1, w2, ids, w)) * 1e-3
         best = None
         for cfg in lab.GPU_CONFIGS:
             try:
@@ -111,7 +112,7 @@ def measure(lab, args) -> int:
             if ((out - ref_out).abs().max() / ref_out.abs().max()).item() > 2e-2:
                 print(f"  config {cfg}: wrong result; not timed")
                 continue
-            t = do_bench(lambda cfg=cfg: lab.grouped_moe_forward(x, w1, w2, ids, w, *cfg)) * 1e-3
+            t = do_bench(partial(lab.grouped_moe_forward, x, w1, w2, ids, w, *cfg)) * 1e-3
             if best is None or t < best[0]:
                 best = (t, cfg)
         if best is None:

@@ -60,9 +60,10 @@ def test_git_failure_falls_through_to_the_wheel(tmp_path: Path, monkeypatch: pyt
 def test_staging_is_removed_on_failure_and_leftovers_are_cleared(tmp_path: Path):
     leftover = tmp_path / ".upstream-staging-killed"
     (leftover / "tree").mkdir(parents=True)
-    (tmp_path / "not-a-wheel.whl").write_bytes(b"junk")
-    with pytest.raises(PinError):
-        materialize(tmp_path / "upstream", tmp_path / "cache", route="wheel", wheel=tmp_path / "not-a-wheel.whl")
+    with pytest.raises(PinError, match="gdeadbeef1"):
+        materialize(
+            tmp_path / "upstream", tmp_path / "cache", wheel=make_wheel(tmp_path / "v.whl", BAD_VERSION)
+        )
     assert not list(tmp_path.glob(".upstream-staging-*")), "a failed fetch leaves no staging folder behind"
 
 

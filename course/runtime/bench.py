@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from course.runtime.devices import DevicePeak, lookup
 from course.runtime.harness import load_lab
 
 Step = Callable[[ModuleType, argparse.Namespace], Any]
@@ -62,3 +63,15 @@ def bench_main(
         print(f"no CUDA device: {Path(bench_file).name} measures on CUDA only; {hint}")
         return 2
     return int(measure(lab, args) or 0)
+
+
+def device_peak(need_flops: bool = False) -> tuple[str, DevicePeak | None]:
+    """This GPU's name and datasheet row; ``None`` (after saying how to add it) when the table lacks it."""
+    import torch
+
+    name = torch.cuda.get_device_name()
+    found = lookup(name)
+    if found is None or (need_flops and found.dense_bf16_flops is None):
+        print(f"{name}: not in the peak table; add it to course/runtime/devices.py with its datasheet values")
+        return name, None
+    return name, found

@@ -70,11 +70,14 @@ def max_concurrent_seqs(
 # --------------------------------------------------------------------------- what you should see
 @dataclass(frozen=True)
 class ModelShape:
+    """The numbers of a model that size its KV cache (phase 02's real-vLLM blocks lab reuses it)."""
+
     name: str
     num_layers: int
     num_kv_heads: int
     head_dim: int
-    n_params: float
+    n_params: float = 0.0
+    dtype_bytes: int = 2  # fp16 / bf16
 
 
 LLAMA_3_2_3B = ModelShape("Llama-3.2-3B", 28, 8, 128, 3.2e9)

@@ -80,7 +80,7 @@ def parent(args: argparse.Namespace) -> None:
             print("log  |", line.strip())
     bs = result["block_size"]
     shape = lab.ModelShape(args.model, result["num_layers"], result["num_kv_heads"], result["head_dim"],
-                           result["dtype_bytes"])
+                           dtype_bytes=result["dtype_bytes"])
     num_blocks = facts["kv_cache_tokens"] // bs
     per_block = lab.bytes_per_block(shape, bs)
     print(f"model: {shape}")

@@ -19,22 +19,16 @@ import logging
 import os
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+
+from course.runtime import use_lab
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")   # keep vLLM's import-time warnings off stdout
 
 GiB = 1 << 30
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """The four numbers of a model that size its KV cache."""
-
-    name: str
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    dtype_bytes: int = 2  # fp16 / bf16
+# The numbers of a model that size its KV cache: the class phase 00's memory calculator defines.
+ModelShape = use_lab("phase-00/lab-02-kv-memory-calculator").ModelShape
 
 
 LLAMA3_8B = ModelShape("Llama-3-8B", num_layers=32, num_kv_heads=8, head_dim=128)

@@ -22,8 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from course.runtime import use_lab
-from course.runtime.bench import bench_main
-from course.runtime.devices import lookup
+from course.runtime.bench import bench_main, device_peak
 
 HERE = Path(__file__).resolve().parent
 
@@ -68,11 +67,9 @@ def measure(lab, args) -> int:
     import torch
     from triton.testing import do_bench
 
-    dev = torch.cuda.get_device_name()
-    found = lookup(dev)
+    dev, found = device_peak(need_flops=False)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if found is None:
-        print(f"{dev}: not in the peak table; add it to course/runtime/devices.py with its datasheet value")
         return 2
     peak, ref = found.hbm_bytes_per_s, found.reference
     label, base_fn = baseline(lab)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from course.runtime import use_lab
-from course.runtime.bench import bench_main
+from course.runtime.bench import bench_main, device_peak
 from course.runtime.devices import lookup
 
 HERE = Path(__file__).resolve().parent
@@ -58,10 +58,8 @@ def measure(lab, args) -> int:
     import torch
     from triton.testing import do_bench
 
-    dev = torch.cuda.get_device_name()
-    found = lookup(dev)
-    if found is None or found.dense_bf16_flops is None:
-        print(f"{dev}: not in the peak table; add it to course/runtime/devices.py with its datasheet values")
+    dev, found = device_peak(need_flops=True)
+    if found is None:
         return 2
     bw, flops, ref = found.hbm_bytes_per_s, found.dense_bf16_flops, found.reference
     lab03 = use_lab("phase-06/lab-02-int4-groups-and-packing")

@@ -19,8 +19,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from course.runtime.bench import bench_main
-from course.runtime.devices import lookup
+from course.runtime.bench import bench_main, device_peak
 
 HERE = Path(__file__).resolve().parent
 
@@ -54,10 +53,8 @@ def measure(lab, args) -> int:
     import torch
     from triton.testing import do_bench
 
-    dev = torch.cuda.get_device_name()
-    found = lookup(dev)
-    if found is None or found.dense_bf16_flops is None:
-        print(f"{dev}: not in the peak table; add it to course/runtime/devices.py with its datasheet value")
+    dev, found = device_peak(need_flops=True)
+    if found is None:
         return 2
     peak, ref = found.dense_bf16_flops, found.reference
     print(f"device: {dev}; peak {peak / 1e12:.0f} TFLOP/s dense bf16 ({ref})")

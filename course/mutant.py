@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from course import ROOT, check_labs, patches
@@ -50,12 +51,16 @@ def _base(lab: Lab | None, root: Path) -> Path:
     return root if lab is None else lab.path
 
 
+def _where(args: argparse.Namespace) -> tuple[Lab | None, Path, Path, Path]:
+    """(lab, the mutant's .diff, the edit folder, the folder the diff's paths are relative to)."""
+    lab = _lab(args.lab, args.root)
+    edit = _edit_dir(lab, args.name, args.root)
+    return lab, _mutant_file(lab, args.name, args.root), edit, _base(lab, args.root)
+
+
 def cmd_new(args: argparse.Namespace) -> int:
     root = args.root
-    lab = _lab(args.lab, root)
-    target = _mutant_file(lab, args.name, root)
-    edit = _edit_dir(lab, args.name, root)
-    base = _base(lab, root)
+    lab, target, edit, base = _where(args)
     if target.is_file():
         texts = patches.apply(patches.load(target), lambda p: (base / p).read_text(encoding="utf-8"))
     elif lab is None:
@@ -80,10 +85,7 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 def cmd_save(args: argparse.Namespace) -> int:
     root = args.root
-    lab = _lab(args.lab, root)
-    target = _mutant_file(lab, args.name, root)
-    edit = _edit_dir(lab, args.name, root)
-    base = _base(lab, root)
+    _, target, edit, base = _where(args)
     if not edit.is_dir():
         raise SystemExit(f"error: nothing to save: run `python -m course mutant new {args.lab} {args.name}` first")
     header = args.why or (patches.load(target).header if target.is_file() else "")
@@ -105,9 +107,7 @@ def cmd_save(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    lab = _lab(args.lab, args.root)
-    target = _mutant_file(lab, args.name, args.root)
-    base = _base(lab, args.root)
+    _, target, _, base = _where(args)
     for name, text in patches.apply(patches.load(target), lambda p: (base / p).read_text(encoding="utf-8")).items():
         print(f"# ---- {name} with mutant {args.name}")
         sys.stdout.write(text)
@@ -123,8 +123,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 1 if problems else 0
     names = args.names or [m.stem for m in lab.mutants]
     status = 0
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="course-mutant-") as tmp:
         for name in names:
             mutant = _mutant_file(lab, name, root)

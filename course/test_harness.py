@@ -109,6 +109,8 @@ def test_lab_module_loads_nothing_until_a_test_reads_it(tmp_path: Path, monkeypa
         getattr(handle, "_pytestfixturefunction")  # noqa: B009 - what pytest probes while collecting
     assert "not loaded yet" in repr(handle)
     assert handle.LOADED is True and "(loaded)" in repr(handle)
+    monkeypatch.setattr(handle, "LOADED", "patched")
+    assert handle._module.LOADED == "patched", "monkeypatching the handle patches the lab's module"
 
 
 def test_use_lab_resolves_a_lab_id_and_rejects_a_bad_one():
@@ -120,3 +122,19 @@ def test_use_lab_resolves_a_lab_id_and_rejects_a_bad_one():
         use_lab("lab-01-moe-routing")
     with pytest.raises(FileNotFoundError):
         use_lab("phase-07/lab-99-nothing")
+
+
+def test_collecting_a_lab_never_imports_it(tmp_path: Path):
+    lab = tmp_path / "lab-01-x"
+    lab.mkdir()
+    (lab / "solution.py").write_text("raise RuntimeError('imported at collection')\n")
+    (lab / "test_lab.py").write_text(
+        "from course.runtime import lab_module\n\nlab = lab_module(__file__)\n\n\n"
+        "def test_a():\n    assert lab.anything\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(lab / "test_lab.py")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0 and "1 test collected" in proc.stdout, proc.stdout + proc.stderr

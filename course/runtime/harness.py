@@ -137,8 +137,26 @@ class LabHandle:
             raise AttributeError(name)
         return getattr(self._load(), name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``monkeypatch.setattr(lab, "fn", fake)`` must patch the module the lab's own code calls.
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._load(), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name.startswith("_"):
+            object.__delattr__(self, name)
+        else:
+            delattr(self._load(), name)
+
     def __dir__(self) -> list[str]:
         return dir(self._load())
+
+    @property
+    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
+        # The module's namespace: what ``monkeypatch`` reads to restore a patched attribute.
+        return self._load().__dict__
 
     def __repr__(self) -> str:
         state = "loaded" if self._module is not None else "not loaded yet"

@@ -31,6 +31,15 @@ def _x(m, k, seed):
 
 # --- interpreter-sized kernel tests (TRITON_INTERPRET=1 on CPU) ------------------------------
 
+def _relative_error(packed, scales, group: int, seed: int) -> float:
+    """int4_matmul (BLOCK_K = 32) against x @ dequantized(W).T, as a fraction of the largest output."""
+    w_ref = LAB03.dequantize_grouped(LAB03.unpack_int4(packed.numpy()).astype(np.float64), scales.numpy(), group)
+    x = _x(2, 128, seed=seed)
+    y = lab.int4_matmul(x, packed, scales, group_size=group, block_n=16, block_k=32).double().numpy()
+    want = x.double().numpy() @ w_ref.T
+    return float(np.abs(y - want).max() / np.abs(want).max())
+
+
 @pytest.mark.triton
 def test_kernel_matches_lab03_dequant_reference():
     packed, scales, w_ref = _quantized(32, 64, 32, seed=0)
@@ -49,12 +58,7 @@ def test_kernel_matches_lab03_dequant_reference():
 def test_each_group_uses_its_own_scale():
     packed, scales, _ = _quantized(16, 128, 32, seed=2)
     scales = torch.tensor([1.0, 10.0, 100.0, 1000.0], dtype=torch.float16).repeat(16, 1)   # wildly different groups
-    q = LAB03.unpack_int4(packed.numpy()).astype(np.float64)
-    w_ref = LAB03.dequantize_grouped(q, scales.numpy(), 32)
-    x = _x(2, 128, seed=3)
-    y = lab.int4_matmul(x, packed, scales, group_size=32, block_n=16, block_k=32).double().numpy()
-    want = x.double().numpy() @ w_ref.T
-    rel = np.abs(y - want).max() / np.abs(want).max()
+    rel = _relative_error(packed, scales, group=32, seed=3)
     assert rel < 1e-5, (
         f"with group scales 1, 10, 100, 1000 the output is {rel:.1e} off (relative): each K step of BLOCK_K columns "
         f"must load scales[n, k0 // GROUP], the group that step lies in"
@@ -66,12 +70,7 @@ def test_block_k_smaller_than_group_reuses_the_scale():
     packed, _, _ = _quantized(16, 128, 64, seed=8)           # group 64: two groups per row of K = 128
     padded = torch.tensor([1.0, 100.0], dtype=torch.float16).repeat(17, 1)   # a spare row after the last,
     scales = padded[:16]                                     # so a wrong index reads wrong values, not past memory
-    q = LAB03.unpack_int4(packed.numpy()).astype(np.float64)
-    w_ref = LAB03.dequantize_grouped(q, scales.numpy(), 64)
-    x = _x(2, 128, seed=9)
-    y = lab.int4_matmul(x, packed, scales, group_size=64, block_n=16, block_k=32).double().numpy()
-    want = x.double().numpy() @ w_ref.T
-    rel = np.abs(y - want).max() / np.abs(want).max()
+    rel = _relative_error(packed, scales, group=64, seed=9)
     assert rel < 1e-5, (
         f"with BLOCK_K = 32 inside groups of 64 the output is {rel:.1e} off (relative): two K steps share one "
         f"group, so the scale index is the GROUP of column k0 (k0 // GROUP), not the step number (k0 // BLOCK_K)"

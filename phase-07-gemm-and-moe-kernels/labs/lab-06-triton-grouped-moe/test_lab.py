@@ -21,6 +21,14 @@ def _problem(seed=0, tokens=T):
     return x, experts, ids, w
 
 
+def _error_vs_lab01(x, experts, ids, w) -> float:
+    """Max |grouped_moe_forward - lab 01's per-expert loop| for one routed batch."""
+    ref = LAB01.moe_forward_reference(x, experts, ids, w)
+    w1, w2 = lab.stack_experts(experts)
+    got = lab.grouped_moe_forward(torch.tensor(x, dtype=torch.float32), w1, w2, torch.tensor(ids), torch.tensor(w))
+    return float(np.max(np.abs(got.double().numpy() - ref)))
+
+
 def test_align_reproduces_vllms_docstring_example():
     # The example in vLLM's moe_align_block_size docstring (expert ids 1..4, so 5 experts with expert 0 unused).
     ids = torch.tensor([[2, 3, 4], [1, 2, 4], [1, 3, 4], [1, 2, 3]])
@@ -83,10 +91,7 @@ def test_unused_and_repeated_experts():
     x, experts, _, _ = _problem(seed=5)
     ids = np.array([[0, 1], [1, 0], [2, 2], [0, 2], [1, 1], [0, 0], [2, 1], [1, 2]])   # expert 3 unused; repeats
     w = np.full(ids.shape, 0.5)
-    ref = LAB01.moe_forward_reference(x, experts, ids, w)
-    w1, w2 = lab.stack_experts(experts)
-    got = lab.grouped_moe_forward(torch.tensor(x, dtype=torch.float32), w1, w2, torch.tensor(ids), torch.tensor(w))
-    err = np.max(np.abs(got.double().numpy() - ref))
+    err = _error_vs_lab01(x, experts, ids, w)
     assert err < 1e-4, (
         f"with an expert nobody chose and tokens routed to one expert twice, the result differs by {err:.2e}: "
         f"an empty expert gets no block, and a repeated (token, expert) is simply two rows of that expert's block"
@@ -119,10 +124,7 @@ def test_ragged_hidden_sizes():
     w_gate, experts = LAB01.make_moe(num_experts=E, hidden=20, ffn=24, seed=11)
     x = np.random.default_rng(12).standard_normal((6, 20))
     ids, w = LAB01.route(x, w_gate, K)
-    ref = LAB01.moe_forward_reference(x, experts, ids, w)
-    w1, w2 = lab.stack_experts(experts)
-    got = lab.grouped_moe_forward(torch.tensor(x, dtype=torch.float32), w1, w2, torch.tensor(ids), torch.tensor(w))
-    err = np.max(np.abs(got.double().numpy() - ref))
+    err = _error_vs_lab01(x, experts, ids, w)
     assert err < 1e-4, (
         f"with d = 20 and f = 24 (not multiples of 16) the result differs by {err:.2e}: run ceil(K / BLOCK_K) K steps, "
         f"the last one partial, and mask k < K on both loads and n < N on the weight load and the store"

@@ -119,10 +119,12 @@ outputs: $(STAMP) ## regenerate the <!-- output: --> blocks in the course pages
 outputs-check: $(STAMP) ## fail if any generated output block is stale
 	@$(PY) -m course outputs --check
 
-check-labs: $(STAMP) ## every lab: solution passes, starter fails, each mutant is caught
+check-labs: $(STAMP) ## every lab: solution passes, starter fails, each mutant delta applies and is caught
 	@$(PY) -m course check-labs $(PHASE)
 
-check: $(STAMP) upstream ## everything CI checks: strict tests, labs, outputs, citations, book, browser
+check: $(STAMP) upstream ## everything CI checks: lint, strict tests, labs, outputs, citations, book, browser
+	@echo "==> [0/6] lint"
+	@$(PY) -m ruff check .
 	@echo "==> [1/6] tests (strict)"
 	@COURSE_STRICT=1 $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	@echo "==> [2/6] check-labs"

@@ -1,5 +1,7 @@
-"""Course tooling for vLLM Mastery: the lab harness, the upstream fetcher, the citation
-checker, the lab checker, the output refresher, the grader and the book builder.
+"""Course tooling for vLLM Mastery. What labs import lives in ``course.runtime`` (the lab harness,
+the GPU peak table, the pinned-tree helper, the bench entry point); the rest are maintainer tools:
+the upstream fetcher, the citation checker, the lab checker and its mutant deltas, the output
+refresher, the grader and the book builder.
 
 Run ``python -m course --help`` for the command list.
 """

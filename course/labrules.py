@@ -148,6 +148,19 @@ def find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
     return None
 
 
+def mutant_folder_problems(lab: Lab) -> list[str]:
+    """Anything in ``mutants/`` that is not a ``.diff`` (an old whole-copy mutant would be ignored)."""
+    folder = lab.path / "mutants"
+    if not folder.is_dir():
+        return []
+    return [
+        f"mutants/{p.name}: mutants are deltas now: python -m course mutant new {Path(*lab.path.parts[-3:])} {p.stem}, "
+        f"copy the mistake in, then mutant save"
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.suffix != ".diff"
+    ]
+
+
 def static_problems(labs: list[Lab], all_labs: list[Lab]) -> dict[Path, list[str]]:
     """Every static problem, per lab folder (``all_labs`` resolves dependencies outside the selection)."""
     known = {lab_id(lab) for lab in all_labs}
@@ -160,7 +173,7 @@ def static_problems(labs: list[Lab], all_labs: list[Lab]) -> dict[Path, list[str
     cycle = find_cycle(graph)
     out: dict[Path, list[str]] = {}
     for lab in labs:
-        problems = surface_problems(lab) + dependency_problems(lab, known)
+        problems = surface_problems(lab) + dependency_problems(lab, known) + mutant_folder_problems(lab)
         if cycle and lab_id(lab) in cycle:
             problems.append("dependency cycle: " + " -> ".join(cycle))
         out[lab.path] = problems

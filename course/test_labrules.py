@@ -41,3 +41,10 @@ def test_dependencies_must_be_declared_and_earlier(tmp_path: Path):
 def test_find_cycle():
     assert labrules.find_cycle({"a": ["b"], "b": []}) is None
     assert labrules.find_cycle({"a": ["b"], "b": ["a"]}) == ["a", "b", "a"]
+
+
+def test_a_whole_copy_mutant_is_flagged_not_ignored(tmp_path: Path):
+    lab = make_lab(tmp_path)
+    (lab / "mutants" / "old_style.py").write_text("def add(a, b):\n    return a - b\n")
+    [problems] = labrules.static_problems(_labs(tmp_path), _labs(tmp_path)).values()
+    assert len(problems) == 1 and problems[0].startswith("mutants/old_style.py: mutants are deltas now"), problems

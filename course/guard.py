@@ -103,7 +103,7 @@ def default_timeout() -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise pytest.UsageError(f"{TIMEOUT_ENV}={raw!r}: give a number of seconds (0 turns the limit off)")
+        raise pytest.UsageError(f"{TIMEOUT_ENV}={raw!r}: give a number of seconds (0 turns the limit off)") from None
     return value if value > 0 else None
 
 

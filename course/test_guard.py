@@ -18,7 +18,7 @@ import pytest
 
 from course import ROOT, check_labs, labrun
 from course.discover import find_phases
-from course.fakelab import make_lab
+from course.fakelab import SOLUTION, make_lab
 from course.guard import TIMEOUT_TAG, TestTimeout, time_limit, trim_stack
 from course.labrun import CaseResult, LabRun, run_lab
 
@@ -190,33 +190,23 @@ def test_stack_dumps_drop_the_harness_frames():
 
 # ------------------------------------------------------------------------------------ check-labs
 
-LOOPING_MUTANT = '''"""Mutant: counts up to a + b but never advances its counter."""
-
-
-def add(a: int, b: int) -> int:
-    total, i = 0, 0
-    while i < a + b:
-        total += 1
-    return total
-'''
+# Counts up to a + b but never advances its counter (make_lab stores it as a delta).
+LOOPING_MUTANT = SOLUTION.replace(
+    "    return a + b\n", "    total, i = 0, 0\n    while i < a + b:\n        total += 1\n    return total\n"
+)
 
 
 def test_check_labs_catches_a_looping_mutant_with_a_timed_out_verdict(tmp_path, monkeypatch):
     root = _course_root(tmp_path)
-    lab = make_lab(root, mutants={"never_advances.py": LOOPING_MUTANT})
+    lab = make_lab(root, mutants={"never_advances": LOOPING_MUTANT})
+    [lab_entry] = find_phases(root)[0].labs
+    mutated = check_labs.materialize(lab_entry, lab / "mutants" / "never_advances.diff", tmp_path / "mutants")
     monkeypatch.setenv("COURSE_TEST_TIMEOUT", "0.5")
     start = time.monotonic()
-    run = run_lab(
-        lab,
-        root,
-        "mutant never_advances.py",
-        lab_file=lab / "mutants" / "never_advances.py",
-        first_failure=True,
-    )
+    run = run_lab(lab, root, "mutant never_advances", lab_file=mutated, first_failure=True)
     assert time.monotonic() - start < 60
     assert run.timed_out and not run.collection_error, run.output[-2000:]
     assert TIMEOUT_TAG in run.summary(), run.summary()
-    [lab_entry] = find_phases(root)[0].labs
     ok = LabRun("solution", 0, [CaseResult("test_adds_small_numbers", "passed")])
     starter = LabRun("starter", 1, [CaseResult("test_adds_small_numbers", "failed")])
     assert check_labs.judge(lab_entry, ok, starter, [run]).ok, "a mutant that hangs is a caught mutant"

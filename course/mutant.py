@@ -61,8 +61,14 @@ def _where(args: argparse.Namespace) -> tuple[Lab | None, Path, Path, Path]:
 def cmd_new(args: argparse.Namespace) -> int:
     root = args.root
     lab, target, edit, base = _where(args)
+    stale = None
     if target.is_file():
-        texts = patches.apply(patches.load(target), lambda p: (base / p).read_text(encoding="utf-8"))
+        delta = patches.load(target)
+        try:
+            texts = patches.apply(delta, lambda p: (base / p).read_text(encoding="utf-8"))
+        except patches.StaleMutant as exc:  # the file moved on: start from it and redo the change
+            stale = exc
+            texts = {f.path: (base / f.path).read_text(encoding="utf-8") for f in delta.files}
     elif lab is None:
         if not args.file:
             raise SystemExit("error: a mini_vllm mutant needs --file mini_vllm/<module>.py")
@@ -74,6 +80,10 @@ def cmd_new(args: argparse.Namespace) -> int:
     for name, text in texts.items():
         (edit / name).parent.mkdir(parents=True, exist_ok=True)
         (edit / name).write_text(text, encoding="utf-8")
+    if stale is not None:
+        print(f"the delta of {args.name} no longer applies ({stale}); the copy is the current file.")
+        print("redo the mistake it made, shown here, then save (the header is kept):\n")
+        print(target.read_text(encoding="utf-8"))
     shown = ", ".join(rel(edit / n, root) for n in texts)
     why = " --why \"...\"" if not target.is_file() else ""
     print(f"{'editing the existing' if target.is_file() else 'new'} mutant {args.name}: edit {shown}")

@@ -53,3 +53,17 @@ def test_mutant_new_save_check(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert saved.startswith("Subtracts instead of adding.\n\n--- a/solution.py\n+++ b/solution.py\n@@")
     assert mutant.cmd_check(argparse.Namespace(root=tmp_path, lab=rel_lab, names=[])) == 0
     assert "caught   subtracts" in capsys.readouterr().out
+
+
+def test_mutant_new_on_a_stale_delta_starts_from_the_current_file(tmp_path: Path, capsys):
+    lab = make_lab(tmp_path)
+    moved_on = SOLUTION.replace("return a + b", "return sum((a, b))")
+    (lab / "solution.py").write_text(moved_on)
+    rel_lab = str(lab.relative_to(tmp_path))
+    assert mutant.cmd_new(argparse.Namespace(root=tmp_path, lab=rel_lab, name="subtracts", file=None)) == 0
+    assert "no longer applies" in capsys.readouterr().out
+    edit = tmp_path / "build" / "mutants" / rel_lab / "subtracts" / "solution.py"
+    assert edit.read_text() == moved_on
+    edit.write_text(moved_on.replace("sum((a, b))", "a - b"))
+    assert mutant.cmd_save(argparse.Namespace(root=tmp_path, lab=rel_lab, name="subtracts", why=None)) == 0
+    assert (lab / "mutants" / "subtracts.diff").read_text().startswith("Fake mutant subtracts.\n\n--- a/solution.py")

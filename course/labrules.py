@@ -70,11 +70,15 @@ def surface_problems(lab: Lab) -> list[str]:
     if not (solution.is_file() and starter.is_file()):
         return ["starter.py and solution.py must both exist"]
     want, got = public_surface(solution), public_surface(starter)
+    title = (ast.get_docstring(ast.parse(starter.read_text(encoding="utf-8"))) or "").split("\n", 1)[0]
+    copied_title = ["starter.py's docstring calls it the reference: say it is the starter"] if (
+        "(reference" in title
+    ) else []
 
     def imported(surface: dict[str, str], name: str) -> bool:
         return surface.get(name.split(".")[0]) == "import"
 
-    problems = []
+    problems = copied_title
     for name in sorted(want.keys() - got.keys()):
         if want[name] != "import" and not imported(got, name):
             problems.append(f"starter.py lacks {name} ({want[name]}) that solution.py defines")

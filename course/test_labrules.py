@@ -18,6 +18,11 @@ def test_a_drifted_starter_is_reported(tmp_path: Path):
     problems = labrules.surface_problems(_labs(tmp_path)[0])
     assert any("starter.py add(a, b, c=0)" in p for p in problems), problems
     assert any("defines extra" in p for p in problems), problems
+    copied = '"""Lab 00-02 (reference solution)."""\n\n\ndef add(a: int, b: int) -> int:\n    raise NotImplementedError\n'
+    make_lab(tmp_path, name="lab-02-copied", starter=copied)
+    assert labrules.surface_problems(_labs(tmp_path)[1]) == [
+        "starter.py's docstring calls it the reference: say it is the starter"
+    ]
 
 
 def test_dependencies_must_be_declared_and_earlier(tmp_path: Path):

@@ -1,4 +1,4 @@
-"""Lab 06-04 — quantize a model and measure what it costs (reference solution, CPU path).
+"""Lab 06-04 — quantize a model and measure what it costs (starter: write the quantizers, CPU path).
 
 A small seeded torch model (an MLP block: Linear 256→1024, GELU, Linear 1024→256, no biases) is
 quantized four ways, through the same two-method interface vLLM uses for every format:

@@ -1,4 +1,6 @@
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from course.runtime import lab_module
 
@@ -111,8 +113,6 @@ def test_all_scores_below_minus_700():
     assert np.max(np.abs(out - _oracle(q, K, V))) < 1e-9, "all-negative (~ -790) scores differ from dense"
 
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -1,4 +1,8 @@
+from itertools import pairwise
+
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from course.runtime import lab_module
 
@@ -122,10 +126,7 @@ def test_three_or_more_chunks_other_block_size():
         )
 
 
-from itertools import pairwise
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)

@@ -1,4 +1,8 @@
+from itertools import pairwise
+
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from course.runtime import lab_module
 
@@ -133,10 +137,7 @@ def test_all_scores_below_minus_700_with_empty_partitions():
         assert np.max(np.abs(out - want)) < 1e-9, f"{p} partitions with scores near -790 differ from dense"
 
 
-from itertools import pairwise
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

@@ -1,6 +1,7 @@
-
 import numpy as np
 import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from course.runtime import lab_module, use_lab
 
@@ -224,8 +225,6 @@ def test_offsets_past_2_pow_31_elements():
     )
 
 
-from hypothesis import Phase, given, settings
-from hypothesis import strategies as st
 
 
 @pytest.mark.triton

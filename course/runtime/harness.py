@@ -117,38 +117,36 @@ def load_lab(test_file: str | os.PathLike, impl: str | None = None) -> ModuleTyp
         )
 
 
+def _probed(name: str) -> bool:
+    return name.startswith(("__", "_pytest", "_fixture")) and name not in ("__file__", "__name__", "__doc__")
+
+
 class LabHandle:
     """A stand-in for a lab's module that imports it the first time a test reads an attribute."""
 
     def __init__(self, test_file: str | os.PathLike, impl: str | None = None) -> None:
-        self._test_file = test_file
-        self._impl = impl
-        self._module: ModuleType | None = None
+        object.__setattr__(self, "_test_file", test_file)
+        object.__setattr__(self, "_impl", impl)
+        object.__setattr__(self, "_module", None)
 
     def _load(self) -> ModuleType:
         if self._module is None:
-            self._module = load_lab(self._test_file, self._impl)
+            object.__setattr__(self, "_module", load_lab(self._test_file, self._impl))
         return self._module
 
     def __getattr__(self, name: str) -> Any:
-        # Private and dunder names are what pytest and friends probe while collecting: answer
-        # them without importing the lab, so collection stays free of side effects.
-        if name.startswith("_"):
+        # Dunder and pytest-private names are what pytest and friends probe while collecting:
+        # answer them without importing the lab, so collection stays free of side effects.
+        if _probed(name):
             raise AttributeError(name)
         return getattr(self._load(), name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # ``monkeypatch.setattr(lab, "fn", fake)`` must patch the module the lab's own code calls.
-        if name.startswith("_"):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self._load(), name, value)
+        setattr(self._load(), name, value)
 
     def __delattr__(self, name: str) -> None:
-        if name.startswith("_"):
-            object.__delattr__(self, name)
-        else:
-            delattr(self._load(), name)
+        delattr(self._load(), name)
 
     def __dir__(self) -> list[str]:
         return dir(self._load())

@@ -1,0 +1,239 @@
+"""Speculative decoding: the n-gram drafter and the rejection sampler that verifies its drafts.
+
+Mirrors two upstream files, in numpy and without a device:
+
+* ``vllm/v1/spec_decode/ngram_proposer.py`` (``NgramProposer``): find the longest n-gram
+  (``prompt_lookup_min`` ≤ n ≤ ``prompt_lookup_max``) that ends the sequence and also occurs
+  earlier, take its *earliest* earlier occurrence, and propose up to ``num_speculative_tokens``
+  tokens that followed it. Same skip rules (no draft for a request that sampled nothing this
+  step or already reached ``max_model_len``), same truncation at the model length.
+* ``vllm/v1/sample/rejection_sampler.py`` (``rejection_sample``, ``RejectionSampler.parse_output``):
+  the flattened batch layout (``num_draft_tokens`` per request, drafts back to back), the greedy
+  path (emit the target argmax; stop at the first draft that differs from it), the random path
+  (accept draft ``x`` when ``p(x) / q(x) ≥ u``, otherwise emit a *recovered* token drawn from
+  ``max(p − q, 0)`` normalised, using upstream's exponential race ``argmax(residual / E)``), the
+  bonus token when every draft is accepted, and ``PLACEHOLDER_TOKEN_ID`` padding.
+
+Plain arrays in, arrays out, so the scheduler can call it later. Left out: numba threading and
+preallocated batch buffers, the Triton kernels (the loops below are what each program does),
+logits processors, penalties and top-k/top-p on the target rows (callers pass logits already
+divided by the temperature), logprobs, and the "synthetic" acceptance mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+PLACEHOLDER_TOKEN_ID = -1  # a rejected (or never reached) position in the output rows
+
+
+# ----------------------------------------------------------------------------- the drafter
+
+
+def find_longest_matched_ngram(
+    tokens: np.ndarray, min_n: int, max_n: int, max_model_len: int, k: int
+) -> np.ndarray:
+    """Draft tokens for one sequence (``_find_longest_matched_ngram_and_propose_tokens`` upstream).
+
+    The match: the largest ``n`` in ``[min_n, max_n]`` whose last-``n``-token suffix occurs
+    earlier, ending before the last token; among those occurrences the *earliest* wins. The
+    draft is what followed it: at most ``k`` tokens, at most ``max_model_len − len(tokens)``,
+    and never past the end of the sequence. Empty when nothing matches.
+    """
+    tokens = np.asarray(tokens)
+    total = len(tokens)
+    k = min(k, max_model_len - total)
+    if total < min_n or k <= 0:
+        return tokens[:0]
+    for n in range(min(max_n, total - 1), min_n - 1, -1):  # longest first
+        suffix = tokens[total - n:]
+        # start s is valid when the occurrence ends before the last token: s + n <= total - 1
+        windows = np.lib.stride_tricks.sliding_window_view(tokens[: total - 1], n)
+        hits = np.flatnonzero((windows == suffix).all(axis=1))
+        if hits.size:
+            start = int(hits[0]) + n  # earliest occurrence, then what followed it
+            return tokens[start: start + min(k, total - start)]
+    return tokens[:0]
+
+
+class NgramProposer:
+    """Prompt-lookup drafter: no model, only the request's own tokens."""
+
+    def __init__(
+        self,
+        num_speculative_tokens: int,
+        prompt_lookup_min: int | None = None,
+        prompt_lookup_max: int | None = None,
+        max_model_len: int = 2048,
+    ) -> None:
+        # upstream's SpeculativeConfig: neither given → 5 and 5; one given → the other copies it
+        if prompt_lookup_min is None and prompt_lookup_max is None:
+            prompt_lookup_min = prompt_lookup_max = 5
+        elif prompt_lookup_min is None:
+            prompt_lookup_min = prompt_lookup_max
+        elif prompt_lookup_max is None:
+            prompt_lookup_max = prompt_lookup_min
+        for name, value in (
+            ("num_speculative_tokens", num_speculative_tokens),
+            ("prompt_lookup_min", prompt_lookup_min),
+            ("prompt_lookup_max", prompt_lookup_max),
+            ("max_model_len", max_model_len),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if prompt_lookup_min > prompt_lookup_max:
+            raise ValueError(f"prompt_lookup_min={prompt_lookup_min} must be <= prompt_lookup_max={prompt_lookup_max}")
+        self.min_n = int(prompt_lookup_min)
+        self.max_n = int(prompt_lookup_max)
+        self.k = int(num_speculative_tokens)
+        self.max_model_len = int(max_model_len)
+
+    def propose(
+        self,
+        sampled_token_ids: Sequence[Sequence[int]],
+        num_tokens_no_spec: np.ndarray,
+        token_ids_cpu: np.ndarray,
+    ) -> list[list[int]]:
+        """One draft list per request (``NgramProposer.propose`` upstream).
+
+        Row ``i`` of ``token_ids_cpu`` holds request ``i``'s tokens, of which the first
+        ``num_tokens_no_spec[i]`` are real. A request that sampled nothing this step (still mid
+        prefill) or has reached ``max_model_len`` gets ``[]``.
+        """
+        token_ids_cpu = np.asarray(token_ids_cpu)
+        num_tokens_no_spec = np.asarray(num_tokens_no_spec)
+        if token_ids_cpu.ndim != 2 or len(num_tokens_no_spec) != len(sampled_token_ids) or len(token_ids_cpu) < len(sampled_token_ids):
+            raise ValueError(
+                "propose needs one row of token_ids_cpu and one count in num_tokens_no_spec per request, got "
+                f"{len(sampled_token_ids)} requests, counts {num_tokens_no_spec.shape}, tokens {token_ids_cpu.shape}"
+            )
+        drafts: list[list[int]] = []
+        for i, sampled in enumerate(sampled_token_ids):
+            num_tokens = int(num_tokens_no_spec[i])
+            if num_tokens > token_ids_cpu.shape[1]:
+                raise ValueError(f"request {i}: num_tokens_no_spec={num_tokens} exceeds its row ({token_ids_cpu.shape[1]})")
+            if not len(sampled) or num_tokens >= self.max_model_len:
+                drafts.append([])
+                continue
+            row = token_ids_cpu[i, :num_tokens]
+            drafts.append(find_longest_matched_ngram(row, self.min_n, self.max_n, self.max_model_len, self.k).tolist())
+        return drafts
+
+
+# ----------------------------------------------------------------------------- the verifier
+
+
+def softmax_rows(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(shifted)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``max(p − q, 0)``, unnormalised: what is left of the target once the draft took its share."""
+    return np.maximum(np.asarray(p, dtype=np.float64) - np.asarray(q, dtype=np.float64), 0.0)
+
+
+def rejection_sample(
+    draft_token_ids: np.ndarray,
+    num_draft_tokens: Sequence[int],
+    draft_probs: np.ndarray | None,
+    target_logits: np.ndarray,
+    bonus_token_ids: np.ndarray,
+    is_greedy: np.ndarray,
+    *,
+    rng: np.random.Generator | None = None,
+    uniform_probs: np.ndarray | None = None,
+    exponentials: np.ndarray | None = None,
+) -> np.ndarray:
+    """Verify every request's drafts in one call; rows of ``max_spec_len + 1`` tokens.
+
+    ``draft_token_ids`` [num_tokens] are all requests' drafts back to back, ``num_draft_tokens``
+    [B] how many belong to each. ``target_logits`` [num_tokens, V] are the target's logits at
+    each draft position, already divided by the temperature. ``draft_probs`` [num_tokens, V] is
+    the drafter's distribution, or ``None`` for a drafter without one (n-gram): then ``q`` is
+    one-hot on the draft. ``bonus_token_ids`` [B] is the token sampled after the last draft.
+    ``is_greedy`` [B] picks the path per request.
+
+    Randomness, as upstream: one uniform per draft token (``uniform_probs``) and one row of
+    Exp(1) noise per request (``exponentials`` [B, V]) for the recovered token. Pass them to
+    reproduce a run exactly, or pass ``rng`` to draw them.
+    """
+    draft_token_ids = np.asarray(draft_token_ids, dtype=np.int64)
+    target_logits = np.asarray(target_logits, dtype=np.float64)
+    bonus_token_ids = np.asarray(bonus_token_ids).reshape(-1)
+    is_greedy = np.asarray(is_greedy, dtype=bool).reshape(-1)
+    num_draft_tokens = [int(n) for n in num_draft_tokens]
+    batch, num_tokens = len(num_draft_tokens), len(draft_token_ids)
+    if target_logits.ndim != 2 or target_logits.shape[0] != num_tokens:
+        raise ValueError(f"target_logits must be [num_tokens={num_tokens}, vocab], got {target_logits.shape}")
+    vocab = target_logits.shape[1]
+    if any(n < 0 for n in num_draft_tokens) or sum(num_draft_tokens) != num_tokens:
+        raise ValueError(f"num_draft_tokens {num_draft_tokens} must be >= 0 and sum to len(draft_token_ids)={num_tokens}")
+    if len(bonus_token_ids) != batch or len(is_greedy) != batch:
+        raise ValueError(f"bonus_token_ids and is_greedy need one entry per request ({batch})")
+    if num_tokens and (draft_token_ids.min() < 0 or draft_token_ids.max() >= vocab):
+        raise ValueError(f"draft token ids must lie in [0, {vocab})")
+    if draft_probs is None:
+        q = np.zeros((num_tokens, vocab))
+        q[np.arange(num_tokens), draft_token_ids] = 1.0  # a drafter without probabilities: one-hot
+    else:
+        q = np.asarray(draft_probs, dtype=np.float64)
+        if q.shape != target_logits.shape:
+            raise ValueError(f"draft_probs must have the shape of target_logits {target_logits.shape}, got {q.shape}")
+    if uniform_probs is None or exponentials is None:
+        if rng is None:
+            raise ValueError("pass rng, or both uniform_probs and exponentials")
+        uniform_probs = rng.random(num_tokens) if uniform_probs is None else uniform_probs
+        exponentials = rng.exponential(size=(batch, vocab)) if exponentials is None else exponentials
+    uniform_probs = np.asarray(uniform_probs, dtype=np.float64)
+    exponentials = np.asarray(exponentials, dtype=np.float64)
+    if uniform_probs.shape != (num_tokens,) or exponentials.shape != (batch, vocab):
+        raise ValueError(f"uniform_probs must be [{num_tokens}] and exponentials [{batch}, {vocab}]")
+
+    max_spec_len = max(num_draft_tokens, default=0)
+    out = np.full((batch, max_spec_len + 1), PLACEHOLDER_TOKEN_ID, dtype=np.int32)
+    start = 0
+    for r, n in enumerate(num_draft_tokens):
+        rows = slice(start, start + n)
+        drafts, logits = draft_token_ids[rows], target_logits[rows]
+        rejected = False
+        if is_greedy[r]:
+            argmax = logits.argmax(axis=-1)
+            for pos in range(n):
+                out[r, pos] = argmax[pos]  # the target's choice: equal to the draft, or the correction
+                if drafts[pos] != argmax[pos]:
+                    rejected = True
+                    break
+        else:
+            p = softmax_rows(logits)
+            for pos in range(n):
+                x = drafts[pos]
+                qx, px = q[start + pos, x], p[pos, x]
+                if qx > 0 and px / qx >= uniform_probs[start + pos]:
+                    out[r, pos] = x
+                    continue
+                # recovered: a draw from max(p - q, 0) normalised, by the exponential race
+                out[r, pos] = np.argmax(residual(p[pos], q[start + pos]) / exponentials[r])
+                rejected = True
+                break
+        if not rejected:
+            out[r, n] = bonus_token_ids[r]
+        start += n
+    return out
+
+
+def parse_output(output_token_ids: np.ndarray, vocab_size: int) -> list[list[int]]:
+    """Drop the placeholders: the tokens each request really emits this step."""
+    out = np.asarray(output_token_ids)
+    keep = (out != PLACEHOLDER_TOKEN_ID) & (out < vocab_size)
+    return [row[mask].tolist() for row, mask in zip(out, keep)]
+
+
+def acceptance_rate(p: np.ndarray, q: np.ndarray) -> float:
+    """Σ min(p, q): the probability a draft drawn from ``q`` survives verification against ``p``."""
+    return float(np.minimum(np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)).sum())

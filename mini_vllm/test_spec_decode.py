@@ -227,7 +227,7 @@ def generate(prompt, num_tokens, logits_fn, proposer=None, max_steps=200):
     return tokens[len(prompt):][:num_tokens], steps
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None, derandomize=True)
 @given(
     prompt=st.lists(st.integers(0, 3), min_size=2, max_size=12),
     k=st.integers(1, 5), lo=st.integers(1, 3), extra=st.integers(0, 2), seed=st.integers(0, 3),
@@ -248,13 +248,13 @@ def test_speculation_saves_steps_on_repetitive_text():
     assert spec_steps < 20, f"a trigram target falls into a cycle the n-gram drafter predicts; got {spec_steps} steps"
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=8, deadline=None, derandomize=True)
 @given(vocab=st.integers(2, 6), seed=st.integers(0, 10_000), concentration=st.sampled_from([0.3, 1.0, 5.0]))
 def test_acceptance_is_the_overlap_and_output_is_the_target(vocab, seed, concentration):
     rng = np.random.default_rng(seed)
     p, q = rng.dirichlet(np.full(vocab, concentration), size=2)
     q = np.maximum(q, 1e-3) / np.maximum(q, 1e-3).sum()
-    n = 3000
+    n = 2000
     drafts = rng.choice(vocab, size=n, p=q)
     with np.errstate(divide="ignore"):
         logits = np.tile(np.log(p), (n, 1))

@@ -120,7 +120,7 @@ def test_verify_agrees_with_the_rejection_samplers_greedy_path():
     vocab = 6
     for _ in range(100):
         table = rng.integers(0, vocab, size=(vocab, vocab))
-        target = Budgeted(lambda ctx: int(table[ctx[-2], ctx[-1]]))
+        target = Budgeted(lambda ctx, table=table: int(table[ctx[-2], ctx[-1]]))
         context = rng.integers(0, vocab, size=4).tolist()
         proposed = rng.integers(0, vocab, size=int(rng.integers(0, 5))).tolist()
         # make the first guesses right half the time

@@ -128,10 +128,10 @@ def test_every_parameter_is_checked():
         (np.array([[0.5, 0.5]]), np.array([0.5, 0.5])),  # not 1-D
     ]
     for p, q in bad:
-        for call in (lambda: lab.accept_prob(p, q, 0), lambda: lab.residual_distribution(p, q),
-                     lambda: lab.expected_acceptance_rate(p, q), lambda: lab.speculative_tokens(p, q, 3, rng)):
+        for call, args in ((lab.accept_prob, (p, q, 0)), (lab.residual_distribution, (p, q)),
+                           (lab.expected_acceptance_rate, (p, q)), (lab.speculative_tokens, (p, q, 3, rng))):
             with pytest.raises(ValueError):
-                call()
+                call(*args)
     with pytest.raises(ValueError):
         lab.accept_prob(P, Q, 10)
     with pytest.raises(ValueError):

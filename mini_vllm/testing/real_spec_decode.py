@@ -59,18 +59,23 @@ def make_ngram_proposer(
     return VllmNgramProposer(vllm_config)
 
 
-def sampling_metadata(temperatures: list[float]) -> SamplingMetadata:
+def sampling_metadata(temperatures: list[float], device: torch.device | None = None) -> SamplingMetadata:
     """Temperature-only metadata: 0 means greedy for that request."""
     batch = len(temperatures)
     greedy = [t == 0 for t in temperatures]
     return SamplingMetadata(
-        temperature=torch.tensor(temperatures, dtype=torch.float32),
+        temperature=torch.tensor(temperatures, dtype=torch.float32, device=device),
         all_greedy=all(greedy), all_random=not any(greedy),
         top_p=None, top_k=None, generators={}, max_num_logprobs=None, no_penalties=True,
         prompt_token_ids=None, frequency_penalties=torch.zeros(batch), presence_penalties=torch.zeros(batch),
         repetition_penalties=torch.ones(batch), output_token_ids=[[] for _ in range(batch)],
         allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors(),
     )
+
+
+def device() -> torch.device:
+    """Where the kernels run: the GPU when there is one, else the CPU under the Triton interpreter."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def rejection_sample(
@@ -82,23 +87,29 @@ def rejection_sample(
     ``apply_sampling_constraints`` does that before calling it). Seeds torch's global generator.
     """
     counts = [int(n) for n in num_draft_tokens]
+    dev = device()
+
+    def tensor(x, dtype):
+        return torch.as_tensor(np.asarray(x), dtype=dtype).contiguous().to(dev)
+
+    metadata = sampling_metadata(list(temperatures), dev)
     torch.manual_seed(seed)
     out = _vllm_rejection_sample(
-        torch.as_tensor(np.asarray(draft_token_ids), dtype=torch.int32).contiguous(),
+        tensor(draft_token_ids, torch.int32),
         counts,
         max(counts, default=0),
-        torch.as_tensor(np.cumsum(counts), dtype=torch.int32),
-        None if draft_probs is None else torch.as_tensor(np.asarray(draft_probs), dtype=torch.float32).contiguous(),
-        torch.as_tensor(np.asarray(target_logits), dtype=torch.float32).contiguous(),
-        torch.as_tensor(np.asarray(bonus_token_ids), dtype=torch.int32).reshape(-1, 1).contiguous(),
-        sampling_metadata(list(temperatures)),
+        tensor(np.cumsum(counts), torch.int32),
+        None if draft_probs is None else tensor(draft_probs, torch.float32),
+        tensor(target_logits, torch.float32),
+        tensor(np.asarray(bonus_token_ids).reshape(-1, 1), torch.int32),
+        metadata,
     )
-    return out.numpy()
+    return out.cpu().numpy()
 
 
 def torch_randomness(seed: int, num_tokens: int, batch: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
     """The uniforms and Exp(1) rows that ``rejection_sample(..., seed)`` draws on its random path."""
     torch.manual_seed(seed)
-    uniforms = torch.rand((num_tokens,), dtype=torch.float64)
-    exponentials = torch.empty((batch, vocab), dtype=torch.float32).exponential_()
-    return uniforms.numpy(), exponentials.numpy().astype(np.float64)
+    uniforms = torch.rand((num_tokens,), dtype=torch.float64, device=device())
+    exponentials = torch.empty((batch, vocab), dtype=torch.float32, device=device()).exponential_()
+    return uniforms.cpu().numpy(), exponentials.cpu().numpy().astype(np.float64)

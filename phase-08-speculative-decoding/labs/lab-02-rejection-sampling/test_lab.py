@@ -140,6 +140,26 @@ def test_every_parameter_is_checked():
     assert len(tokens) == len(drafts) == len(accepted) == 0
 
 
+def test_refusals_at_the_edges():
+    rng = np.random.default_rng(0)
+    p, q = np.array([0.2, 0.8]), np.array([0.4, 0.6])
+    with pytest.raises(ValueError, match="u"):
+        lab.verify_token(p, q, 0, -0.1, rng)  # a uniform is never negative: check 0 <= u < 1, both sides
+    with pytest.raises(ValueError):
+        lab.accept_prob(p, q, -1)  # numpy would wrap -1 to the last token: check 0 <= x < vocab
+    for bad in (np.array([0.5, np.nan]), np.array([np.inf, 0.5]), np.array([0.5, 0.5 + 1e-4])):
+        with pytest.raises(ValueError):
+            lab.accept_prob(bad, q, 0)  # NaN slips through `abs(sum - 1) > ATOL` (NaN compares False): test isfinite
+    assert lab.accept_prob(np.array([0.5, 0.5 + 1e-9]), np.array([0.5, 0.5]), 0) == 1.0, "a sum within ATOL is fine"
+
+
+def test_no_surplus_residual_is_the_target():
+    p = np.array([0.7, 0.2, 0.1])
+    assert lab.residual_distribution(p, p).tolist() == p.tolist(), (
+        "p == q leaves no surplus: return a copy of p (the output stays distributed as p), not a uniform or zeros"
+    )
+
+
 def test_extreme_probabilities_stay_exact():
     p = np.array([1.0 - 1e-12, 1e-12, 0.0])
     q = np.array([1e-12, 1.0 - 1e-12, 0.0])

@@ -55,7 +55,7 @@ def optimal_k(alpha: float, c: float, k_max: int = 16) -> int:
     drafter (c = 0) gains from every extra draft, forever.
     """
     raise NotImplementedError(
-        'optimal_k: _check(alpha, k_max, c); scan k = 0..k_max and keep the k with the highest speedup, replacing the best only when strictly better (ties keep the smaller k)'
+        'optimal_k: _check(alpha, k_max, c); scan k = 0..k_max and keep the k with the highest speedup, replacing the best only when better by more than rounding, value > best * (1 + 1e-12) (ties keep the smaller k)'
     )
 
 

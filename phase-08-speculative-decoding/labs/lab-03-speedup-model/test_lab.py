@@ -108,6 +108,14 @@ def test_optimal_k_ties_go_to_the_smaller_k():
     assert lab.speedup(0.5, 1, 0.5) == 1.0 == lab.speedup(0.5, 0, 0.5)
     assert lab.optimal_k(0.5, 0.5) == 0, "a tie buys nothing for the extra work: keep the smaller k"
     assert lab.optimal_k(1.0, 0.0, k_max=0) == 0
+    # α = 1/4, c = α² / (1 + α − α²) = 1/19 makes k = 1 and k = 2 tie exactly (both 19/16), but floating point
+    # computes k = 2 one ulp higher
+    c = 0.0625 / 1.1875
+    assert lab.speedup(0.25, 2, c) > lab.speedup(0.25, 1, c) == pytest.approx(lab.speedup(0.25, 2, c), rel=1e-15)
+    assert lab.optimal_k(0.25, c) == 1, (
+        "k = 1 and k = 2 tie at α = 1/4, c = 1/19 (rounding puts k = 2 one ulp ahead): replace the best only when "
+        "the new speedup beats it by more than rounding, e.g. value > best * (1 + 1e-12)"
+    )
 
 
 def test_reading_a_log_back_into_alpha():
@@ -132,6 +140,10 @@ def test_every_promised_error():
         lab.expected_tokens_per_verify(0.5, -1)
     with pytest.raises(ValueError):
         lab.speedup(0.5, 3, -0.1)
+    with pytest.raises(ValueError):
+        lab.speedup(0.5, 3, float("nan"))  # NaN fails every comparison: test `not c >= 0`, not `c < 0`
+    with pytest.raises(ValueError):
+        lab.optimal_k(0.5, float("nan"))
     with pytest.raises(ValueError):
         lab.optimal_k(0.5, 0.1, k_max=-1)
     with pytest.raises(ValueError):

@@ -174,14 +174,17 @@ def test_extreme_probabilities_stay_exact():
 
 @pytest.fixture(scope="module")
 def vllm_run():
-    """vLLM's rejection_sample on 500 one-draft requests (random path) and on a greedy batch."""
+    """vLLM's rejection_sample on 200 one-draft requests (random path) and on a greedy batch.
+
+    Under the Triton interpreter each request is one interpreted program (about 20 ms): 200 keep the
+    kernel run near 4 s; 500 took over 10 s."""
     real = importlib.import_module("mini_vllm.testing.real_spec_decode")
     rng = np.random.default_rng(6)
-    n, vocab = 500, 10
+    n, vocab = 200, 10
     # stratified inputs: vLLM draws its own uniforms from torch's seeded generator, which we can
     # reproduce; every token is drafted exactly n/10 times and sees every 10th of the sorted
-    # uniforms, so 500 rounds pin the acceptance rate to ~0.01 (i.i.d. drafts would need ~20,000)
-    seed = 0  # across seeds 0-14 this design lands within ±0.014 of alpha, most within ±0.008
+    # uniforms, so 200 rounds pin the acceptance rate to ~0.02 (i.i.d. drafts would need ~2,000)
+    seed = 0  # across seeds 0-14 this design lands within ±0.02 of alpha (seed 0: exactly 0.70)
     uniforms, _ = real.torch_randomness(seed, n, n, vocab)
     drafts = np.empty(n, dtype=np.int64)
     drafts[np.argsort(uniforms, kind="stable")] = np.tile(rng.permutation(vocab), n // vocab)
@@ -200,11 +203,11 @@ def test_agrees_with_vllm_rejection_sample(vllm_run):
     theirs = out[:, 1] != -1  # vLLM fills the bonus slot only when the draft was accepted
     ours = np.array([lab.verify_token(P, Q, int(x), float(u), rng)[1] for x, u in zip(drafts, uniforms)])
     assert (ours == theirs).all(), (
-        f"on the same drafts and uniforms, your accept decisions differ from vLLM's in {(ours != theirs).sum()} of 500 "
+        f"on the same drafts and uniforms, your accept decisions differ from vLLM's in {(ours != theirs).sum()} of 200 "
         f"rounds: accept exactly when p[x] / q[x] >= u"
     )
     alpha = lab.expected_acceptance_rate(P, Q)
-    assert abs(theirs.mean() - alpha) < 0.01 and abs(ours.mean() - alpha) < 0.01, (
+    assert abs(theirs.mean() - alpha) < 0.02 and abs(ours.mean() - alpha) < 0.02, (
         f"acceptance: vLLM {theirs.mean():.3f}, yours {ours.mean():.3f}, alpha = Σ min(p, q) = {alpha:.3f}"
     )
     recovered = out[~theirs, 0]

@@ -95,6 +95,10 @@ def test_ngram_config_defaults_and_errors():
         NgramProposer(0, 1, 2)
     with pytest.raises(TypeError, match="prompt_lookup_min must be an int"):
         NgramProposer(3, 1.5, 2)
+    with pytest.raises(ValueError, match="prompt_lookup_min=4 must be <= prompt_lookup_max=3"):
+        NgramProposer(3, 4, 3)  # min one above max: the boundary of the order check
+    with pytest.raises(TypeError, match="num_speculative_tokens must be an int"):
+        NgramProposer(True, 1, 2)  # bool is an int subclass: refuse it explicitly
     proposer = NgramProposer(3, 1, 2, max_model_len=8)
     with pytest.raises(ValueError, match="one row of token_ids_cpu"):
         proposer.propose([[1], [1]], np.array([2]), np.zeros((2, 8), dtype=np.int32))
@@ -180,6 +184,37 @@ def test_residual_and_acceptance_rate():
     assert residual(p, q).tolist() == pytest.approx([0.3, 0.0, 0.0])
     assert acceptance_rate(p, q) == pytest.approx(0.7)
     assert acceptance_rate(p, p) == pytest.approx(1.0)
+
+
+def test_mixed_batch_takes_each_requests_own_path():
+    # request 0 greedy (draft 1, argmax 0: rejected, emits 0); request 1 random, n-gram q (one-hot), u = 0 accepts
+    logits = np.log(np.array([[0.6, 0.3, 0.1], [0.6, 0.3, 0.1]]))
+    out = rejection_sample(np.array([1, 1]), [1, 1], None, logits, np.array([2, 2]), np.array([True, False]),
+                           uniform_probs=np.zeros(2), exponentials=np.ones((2, 3)))
+    assert out.tolist() == [[0, P], [1, 2]], "is_greedy is per request: a mixed batch verifies each row on its own path"
+
+
+def test_recovered_token_is_the_exponential_race():
+    # q puts everything on the draft 2; p = [0.4, 0.4, 0.2]; u = 0.5 > 0.2 rejects; residual [0.4, 0.4, 0]
+    q = np.array([[0.0, 0.0, 1.0]])
+    logits = np.log(np.array([[0.4, 0.4, 0.2]]))
+    out = rejection_sample(np.array([2]), [1], q, logits, np.array([1]), np.array([False]),
+                           uniform_probs=np.array([0.5]), exponentials=np.array([[1.0, 0.25, 1.0]]))
+    assert out.tolist() == [[1, P]], "recovered = argmax(residual / E): 0.4 / 0.25 beats 0.4 / 1 (divide, not multiply)"
+
+
+def test_random_path_survives_huge_logits():
+    # p = softmax([1000, 999]) = [0.731, 0.269]: a softmax without the max shift overflows to inf / inf = NaN
+    out = rejection_sample(np.array([0]), [1], None, np.array([[1000.0, 999.0]]), np.array([1]), np.array([False]),
+                           uniform_probs=np.array([0.7]), exponentials=np.ones((1, 2)))
+    assert out.tolist() == [[0, 1]], "p(0) = 0.731 >= u = 0.7 accepts: subtract the row max before exp"
+
+
+def test_parse_output_drops_placeholders_and_out_of_vocab_ids():
+    rows = np.array([[3, 7, P], [P, P, P], [4, 1, 2]])
+    assert parse_output(rows, vocab_size=5) == [[3], [], [4, 1, 2]], (
+        "keep ids that are not the placeholder and lie below vocab_size, as upstream's parse_output does"
+    )
 
 
 def test_rejection_sample_errors():

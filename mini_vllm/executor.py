@@ -1,0 +1,401 @@
+"""Executors: how one engine step reaches one worker, or N worker processes in lockstep.
+
+Mirrors ``vllm/v1/executor/`` (``abstract.py`` — ``Executor``; ``uniproc_executor.py`` —
+``UniProcExecutor``; ``multiproc_executor.py`` — ``MultiprocExecutor`` and ``WorkerProc``) and
+the worker (``vllm/v1/worker/gpu_worker.py`` — ``Worker``). The chain is the one upstream uses::
+
+    engine ──execute_model(scheduler_output)──► Executor ──same call, every rank──► Worker × N
+                                                    ◄── rank 0's gathered logits ──┘
+
+What the model is. ``ToyModel``'s logits are three table lookups, and a lookup is a matmul with
+a one-hot hidden state: ``logits = onehot(token) @ token_table + onehot(pos) @ position_table +
+bias``. Those tables are this engine's output projection, shaped ``(hidden, vocab)``. A worker of
+a ``tensor_parallel_size=N`` group keeps only its slice of the vocabulary axis (vocabulary
+parallel, like upstream's ``ParallelLMHead``: the vocabulary is padded to a multiple of 64, then
+cut into N equal shards), computes its slice of every row, and the shards are all-gathered
+into full logits, as upstream's ``LogitsProcessor._gather_logits`` does. Every logit is computed
+by exactly one rank with the same additions in the same order, so TP=N equals TP=1 bit for bit.
+
+Adopting it in the engine is one line: ``self.model = make_executor(vocab_size, tp_size)``.
+An executor answers ``forward(last_tokens, positions)`` like ``ToyModel`` (and ``vocab_size``,
+``eos_token_id``); ``execute_model(scheduler_output)`` is the upstream-shaped entry point, and
+reads the last scheduled token of each request itself, as the model runner does.
+
+Left out: the shared-memory broadcast queue (workers get the call over a pipe each), async
+scheduling and futures, pipeline parallelism, Ray, KV-cache initialisation and memory
+profiling, device placement (everything runs on CPU, gloo), and sampling on the workers (the
+engine samples from the gathered logits). torch is imported only inside worker processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import tempfile
+import time
+import weakref
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .model import POSITION_PERIOD, ToyModel
+
+DEFAULT_VOCAB_PADDING_SIZE = 64  # upstream pads vocabularies to a multiple of 64 before sharding
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process exited while the executor still needed it."""
+
+
+class ModelRunnerOutput(NamedTuple):
+    req_ids: list[str]  # the scheduled requests, in scheduling order
+    logits: np.ndarray  # float64 [len(req_ids), vocab]: next-token logits at each last scheduled position
+    num_collectives: int  # collectives the TP group issued for this step (0 at TP=1)
+
+
+def pad_vocab_size(vocab_size: int, pad_to: int = DEFAULT_VOCAB_PADDING_SIZE) -> int:
+    """Round ``vocab_size`` up to a multiple of ``pad_to`` (257 → 320)."""
+    return -(-vocab_size // pad_to) * pad_to
+
+
+def vocab_shard(vocab_size: int, tp_size: int, rank: int) -> tuple[int, int, int]:
+    """``(start, end, width)`` of ``rank``'s vocabulary shard: real ids ``[start, end)``, padded width.
+
+    The vocabulary is padded to a multiple of 64, then cut into ``tp_size`` equal shards of
+    ``width`` ids; the last ones may hold padding only (``start == end``). 257 ids at TP=2: padded
+    to 320, rank 0 holds ids 0..159 and rank 1 ids 160..256 plus 63 padding columns.
+    """
+    _check_tp(tp_size)
+    if not 0 <= rank < tp_size:
+        raise ValueError(f"rank must lie in [0, {tp_size}), got {rank}")
+    padded = pad_vocab_size(vocab_size)
+    if padded % tp_size:
+        raise ValueError(f"the padded vocabulary ({padded}) does not split over {tp_size} ranks")
+    width = padded // tp_size
+    start = min(rank * width, vocab_size)
+    return start, min(start + width, vocab_size), width
+
+
+def prepare_inputs(scheduler_output: Any) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The model runner's job: each scheduled request's last scheduled token and its position."""
+    req_ids, tokens, positions = [], [], []
+    for request in scheduler_output.scheduled_requests:
+        n = scheduler_output.num_scheduled_tokens[request.request_id]
+        pos = request.num_computed_tokens + n - 1
+        req_ids.append(request.request_id)
+        tokens.append(request.all_token_ids[pos])
+        positions.append(pos)
+    return req_ids, np.array(tokens, dtype=np.int64), np.array(positions, dtype=np.int64)
+
+
+def _check_tp(tp_size: object) -> None:
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
+        raise ValueError(f"tensor_parallel_size must be an int >= 1, got {tp_size!r}")
+
+
+class Worker:
+    """One rank: its vocabulary shard of the output projection, and the gather that completes it."""
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        vocab_size: int = 257,
+        seed: int = 0,
+        all_gather: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        if world_size > 1 and all_gather is None:
+            raise ValueError("a worker in a group of more than one needs an all_gather")
+        self.rank, self.world_size, self.vocab_size = rank, world_size, vocab_size
+        self.start, self.end, self.width = vocab_shard(vocab_size, world_size, rank)
+        full = ToyModel(vocab_size=vocab_size, seed=seed)  # weights "loaded"; keep only this rank's columns
+        pad = self.width - (self.end - self.start)
+        cols = slice(self.start, self.end)
+        self.token_table = np.pad(full.token_table[:, cols], ((0, 0), (0, pad)))
+        self.position_table = np.pad(full.position_table[:, cols], ((0, 0), (0, pad)))
+        self.bias = np.pad(full.bias[cols], (0, pad))
+        self._all_gather = all_gather
+        self.num_collectives = 0  # issued by this rank since it started
+
+    def forward_shard(self, last_tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """This rank's padded slice of the logits: ``[B, width]``."""
+        return self.token_table[last_tokens] + self.position_table[positions % POSITION_PERIOD] + self.bias
+
+    def execute_model(self, last_tokens: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray | None, int]:
+        """Shard forward, then all-gather: every rank gets full logits; only rank 0's are returned."""
+        before = self.num_collectives
+        local = self.forward_shard(np.asarray(last_tokens), np.asarray(positions))
+        if self.world_size > 1:
+            assert self._all_gather is not None
+            local = self._all_gather(local)  # [B, width * world]
+            self.num_collectives += 1
+        logits = local[:, : self.vocab_size]
+        return (logits if self.rank == 0 else None), self.num_collectives - before
+
+    def describe(self) -> dict[str, int]:
+        return {"rank": self.rank, "world_size": self.world_size, "start": self.start, "end": self.end,
+                "width": self.width, "pid": os.getpid()}
+
+
+class Executor(ABC):
+    """What the engine calls. Subclasses decide where the workers live."""
+
+    tensor_parallel_size: int
+    vocab_size: int
+    eos_token_id: int
+
+    def __init__(self, vocab_size: int, tensor_parallel_size: int) -> None:
+        _check_tp(tensor_parallel_size)
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}")
+        self.vocab_size, self.eos_token_id = vocab_size, vocab_size - 1
+        self.tensor_parallel_size = tensor_parallel_size
+        self.collectives_per_step: list[int] = []  # one entry per execute_model/forward call
+        self.is_shut_down = False
+
+    @abstractmethod
+    def collective_rpc(self, method: str, args: Sequence[Any] = (), kwargs: dict | None = None) -> list[Any]:
+        """Call ``Worker.<method>(*args, **kwargs)`` on every rank; one result per rank, rank order."""
+
+    @abstractmethod
+    def shutdown(self) -> None:
+        """Stop the workers. Idempotent."""
+
+    def forward(self, last_tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """``ToyModel.forward``'s contract, computed by the workers."""
+        if self.is_shut_down:
+            raise RuntimeError("the executor is shut down; build a new one")
+        tokens, pos = np.asarray(last_tokens), np.asarray(positions)
+        if tokens.ndim != 1 or pos.ndim != 1 or tokens.shape != pos.shape:
+            raise ValueError(f"last_tokens and positions must be 1-D and the same length, got {tokens.shape} "
+                             f"and {pos.shape}")
+        if tokens.size and (not np.issubdtype(tokens.dtype, np.integer) or not np.issubdtype(pos.dtype, np.integer)):
+            raise TypeError("last_tokens and positions must be integer arrays")
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= self.vocab_size or pos.min() < 0):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}) and positions must be >= 0")
+        tokens, pos = tokens.astype(np.int64), pos.astype(np.int64)
+        results = self.collective_rpc("execute_model", (tokens, pos))
+        logits, n = results[0]
+        self.collectives_per_step.append(n)
+        return logits
+
+    def execute_model(self, scheduler_output: Any) -> ModelRunnerOutput:
+        req_ids, tokens, positions = prepare_inputs(scheduler_output)
+        logits = self.forward(tokens, positions)
+        return ModelRunnerOutput(req_ids, logits, self.collectives_per_step[-1])
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+class UniProcExecutor(Executor):
+    """One worker, in this process: TP=1, no collectives."""
+
+    def __init__(self, vocab_size: int = 257, tensor_parallel_size: int = 1, seed: int = 0) -> None:
+        super().__init__(vocab_size, tensor_parallel_size)
+        if tensor_parallel_size != 1:
+            raise ValueError(f"UniProcExecutor runs one worker; use MultiprocExecutor for tp={tensor_parallel_size}")
+        self.worker = Worker(0, 1, vocab_size, seed)
+
+    def collective_rpc(self, method: str, args: Sequence[Any] = (), kwargs: dict | None = None) -> list[Any]:
+        if self.is_shut_down:
+            raise RuntimeError("the executor is shut down; build a new one")
+        return [_call(self.worker, method, args, kwargs)]
+
+    def shutdown(self) -> None:
+        self.is_shut_down = True
+
+
+def _call(worker: Worker, method: str, args: Sequence[Any], kwargs: dict | None) -> Any:
+    if method.startswith("_") or not callable(getattr(worker, method, None)):
+        raise ValueError(f"Worker has no public method {method!r}")
+    return getattr(worker, method)(*args, **(kwargs or {}))
+
+
+def _worker_main(conn: Any, rank: int, world: int, init_method: str, vocab_size: int, seed: int,
+                 timeout_s: float) -> None:
+    """A worker process: join the gloo group, then answer calls until told to stop."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))
+
+    def all_gather(local: np.ndarray) -> np.ndarray:
+        t = torch.from_numpy(np.ascontiguousarray(local))
+        parts = [torch.empty_like(t) for _ in range(world)]
+        dist.all_gather(parts, t)
+        return torch.cat(parts, dim=-1).numpy()
+
+    worker = Worker(rank, world, vocab_size, seed, all_gather)
+    conn.send(("ok", None))
+    try:
+        while True:
+            try:
+                method, args, kwargs = conn.recv()
+            except EOFError:
+                break  # the driver went away
+            if method == "shutdown":
+                conn.send(("ok", None))
+                break
+            try:
+                conn.send(("ok", _call(worker, method, args, kwargs)))
+            except Exception as exc:  # report, keep serving
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()  # no destroy_process_group: it waits on peers that may be gone; exiting frees the group
+
+
+def _reap(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=5)
+
+
+class MultiprocExecutor(Executor):
+    """``tensor_parallel_size`` worker processes (spawned), one gloo group, one pipe per worker."""
+
+    def __init__(self, vocab_size: int = 257, tensor_parallel_size: int = 2, seed: int = 0,
+                 timeout_s: float = 60.0) -> None:
+        super().__init__(vocab_size, tensor_parallel_size)
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.timeout_s = timeout_s
+        ctx = mp.get_context("spawn")  # fork is unsafe once torch threads exist; upstream spawns too
+        self._tmp = tempfile.TemporaryDirectory(prefix="mini_vllm_gloo_")
+        init_method = "file://" + os.path.join(self._tmp.name, "rendezvous")
+        self._conns, self._procs = [], []
+        for rank in range(tensor_parallel_size):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker_main, name=f"mini_vllm_Worker_TP{rank}", daemon=True,
+                            args=(child, rank, tensor_parallel_size, init_method, vocab_size, seed, timeout_s))
+            p.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(p)
+        self._finalizer = weakref.finalize(self, _reap, list(self._procs))
+        self._gather("startup", range(tensor_parallel_size))  # every rank joined the group
+
+    @property
+    def processes(self) -> list[Any]:
+        return list(self._procs)
+
+    def collective_rpc(self, method: str, args: Sequence[Any] = (), kwargs: dict | None = None) -> list[Any]:
+        if self.is_shut_down:
+            raise RuntimeError("the executor is shut down; build a new one")
+        for rank, conn in enumerate(self._conns):
+            try:
+                conn.send((method, tuple(args), kwargs))
+            except (BrokenPipeError, OSError):
+                self._die(rank, method)
+        return self._gather(method, range(self.tensor_parallel_size))
+
+    def _gather(self, method: str, ranks: range) -> list[Any]:
+        """Wait for one reply per rank; a dead rank or a silent group raises instead of hanging."""
+        results: list[Any] = [None] * len(ranks)
+        errors: list[str] = []
+        pending = set(ranks)
+        deadline = time.monotonic() + self.timeout_s
+        while pending:
+            remaining = deadline - time.monotonic()
+            handles = [self._conns[r] for r in pending] + [self._procs[r].sentinel for r in pending]
+            ready = wait(handles, timeout=max(remaining, 0))
+            if not ready:
+                self.shutdown(force=True)
+                raise TimeoutError(f"{method!r}: no reply from ranks {sorted(pending)} within {self.timeout_s} s; "
+                                   "the executor has been shut down")
+            for rank in sorted(pending):
+                conn = self._conns[rank]
+                if conn.poll():
+                    try:
+                        status, payload = conn.recv()
+                    except (EOFError, OSError):
+                        self._die(rank, method)
+                    pending.discard(rank)
+                    if status == "error":
+                        errors.append(f"rank {rank}: {payload}")
+                    results[rank] = payload
+                elif self._procs[rank].sentinel in ready:
+                    self._die(rank, method)
+        if errors:
+            raise RuntimeError(f"{method!r} failed on the workers: " + "; ".join(errors))
+        return results
+
+    def _die(self, rank: int, method: str) -> None:
+        proc = self._procs[rank]
+        proc.join(timeout=1)
+        code = proc.exitcode
+        self.shutdown(force=True)
+        raise WorkerDiedError(
+            f"worker rank {rank} (pid {proc.pid}) died with exit code {code} during {method!r}; "
+            f"a TP group cannot go on without every rank, so the executor has been shut down"
+        )
+
+    def shutdown(self, force: bool = False) -> None:
+        if self.is_shut_down:
+            return
+        self.is_shut_down = True
+        if not force:
+            for conn, proc in zip(self._conns, self._procs):
+                if proc.is_alive():
+                    try:
+                        conn.send(("shutdown", (), None))
+                    except (BrokenPipeError, OSError):
+                        pass
+            for proc in self._procs:
+                proc.join(timeout=10)
+        _reap(self._procs)  # kills whatever is left
+        for conn in self._conns:
+            conn.close()
+        self._finalizer.detach()
+        self._tmp.cleanup()
+
+
+def make_executor(vocab_size: int = 257, tensor_parallel_size: int = 1, seed: int = 0) -> Executor:
+    """The executor class follows the TP size, as upstream's ``Executor.get_class`` does."""
+    _check_tp(tensor_parallel_size)
+    if tensor_parallel_size == 1:
+        return UniProcExecutor(vocab_size, 1, seed)
+    return MultiprocExecutor(vocab_size, tensor_parallel_size, seed)
+
+
+# -- the column → row pattern of every transformer block, one rank's share ------------------------
+def shard_range(n: int, tp_size: int, rank: int) -> slice:
+    """Rank ``rank``'s equal slice of an axis of length ``n`` (``n % tp_size == 0`` required)."""
+    _check_tp(tp_size)
+    if n % tp_size:
+        raise ValueError(f"an axis of {n} does not split over {tp_size} ranks; TP needs n % tp_size == 0")
+    chunk = n // tp_size
+    return slice(rank * chunk, (rank + 1) * chunk)
+
+
+def tp_mlp_rank(
+    x: np.ndarray,
+    w1: np.ndarray,
+    w2: np.ndarray,
+    rank: int,
+    tp_size: int,
+    all_reduce: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, int]:
+    """Rank ``rank``'s part of ``relu(x @ w1.T) @ w2.T``, finished by one ``all_reduce`` (sum).
+
+    Weights are full and in torch's ``(out, in)`` layout: ``w1`` is ``(inter, hidden)``,
+    ``w2`` is ``(hidden, inter)``. The rank keeps rows ``s`` of ``w1`` (column parallel: its slice
+    of the intermediate features, never gathered), applies the elementwise ReLU to its slice, and
+    multiplies by columns ``s`` of ``w2`` (row parallel): a full-shaped partial sum. Returns the
+    reduced output and the number of all-reduces issued (always 1).
+    """
+    s = shard_range(w1.shape[0], tp_size, rank)
+    h = np.maximum(x @ w1[s].T, 0)
+    return all_reduce(h @ w2[:, s].T), 1

@@ -1,0 +1,147 @@
+"""Lab 10-03 reference: the pipeline bubble, counted on a grid and derived as a formula.
+
+``p`` stages (one GPU each, a contiguous range of layers) and ``m`` microbatches. Every
+microbatch takes one tick per stage, in stage order, and a stage works on one microbatch at a
+time. Microbatch b is at stage s at tick ``s + b``; the grid is ``p × (p + m − 1)`` cells, of
+which ``m · p`` do work.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _check(num_stages: int, num_microbatches: int) -> None:
+    for name, v in (("num_stages", num_stages), ("num_microbatches", num_microbatches)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+
+
+def pipeline_total_ticks(num_stages: int, num_microbatches: int) -> int:
+    """Ticks from the first microbatch entering stage 0 to the last leaving stage p − 1."""
+    _check(num_stages, num_microbatches)
+    return num_stages + num_microbatches - 1
+
+
+def bubble_fraction(num_stages: int, num_microbatches: int) -> float:
+    """Idle share of the ``p × ticks`` grid: ``(p − 1) / (p + m − 1)``."""
+    _check(num_stages, num_microbatches)
+    return (num_stages - 1) / (num_stages + num_microbatches - 1)
+
+
+def simulate_schedule(num_stages: int, num_microbatches: int) -> list[list[int | None]]:
+    """The grid: ``grid[stage][tick]`` is the microbatch that stage runs at that tick, or None (idle)."""
+    ticks = pipeline_total_ticks(num_stages, num_microbatches)
+    grid: list[list[int | None]] = [[None] * ticks for _ in range(num_stages)]
+    for b in range(num_microbatches):
+        for s in range(num_stages):
+            grid[s][s + b] = b
+    return grid
+
+
+def min_microbatches_for_bubble(num_stages: int, budget: float) -> int:
+    """The smallest m with ``bubble_fraction(num_stages, m) <= budget``.
+
+    Algebra gives ``m >= (p − 1)(1 / budget − 1)``; a float ceiling of that can land one off, so
+    the answer is checked against ``bubble_fraction`` itself. ``ValueError`` for a budget outside
+    ``[0, 1]``, or 0 with more than one stage (no finite m reaches it).
+    """
+    _check(num_stages, 1)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 <= budget <= 1:
+        raise ValueError(f"budget must be a fraction in [0, 1], got {budget!r}")
+    if num_stages == 1:
+        return 1
+    if budget == 0:
+        raise ValueError("a pipeline of more than one stage always has a bubble: budget 0 is never met")
+    m = max(1, math.ceil((num_stages - 1) * (1 / budget - 1)))
+    while m > 1 and bubble_fraction(num_stages, m - 1) <= budget:
+        m -= 1
+    while bubble_fraction(num_stages, m) > budget:
+        m += 1
+    return m
+
+
+def pipeline_time(stage_times: Sequence[float], num_microbatches: int) -> float:
+    """Finish time when stage s takes ``stage_times[s]`` per microbatch (each stage waits for its input).
+
+    A stage starts microbatch b when it has finished b − 1 and the previous stage has finished b.
+    """
+    if not stage_times or any(t <= 0 for t in stage_times):
+        raise ValueError(f"stage_times must be a non-empty list of positive durations, got {stage_times!r}")
+    _check(len(stage_times), num_microbatches)
+    done = [0.0] * len(stage_times)  # finish time of the latest microbatch at each stage
+    for _ in range(num_microbatches):
+        ready = 0.0
+        for s, t in enumerate(stage_times):
+            done[s] = max(done[s], ready) + t
+            ready = done[s]
+    return done[-1]
+
+
+def render(grid: list[list[int | None]]) -> str:
+    """ASCII picture of a schedule: one row per stage, ``.`` for idle."""
+    rows = []
+    for s, row in enumerate(grid):
+        cells = " ".join("." if b is None else str(b + 1) for b in row)
+        rows.append(f"  GPU{s} | {cells}")
+    return "\n".join(rows)
+
+
+def plot(path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ms = list(range(1, 129))
+    for p in (2, 4, 8, 16):
+        ax.plot(ms, [100 * bubble_fraction(p, m) for m in ms], label=f"p = {p} stages")
+    ax.axhline(10, color="gray", lw=0.8, ls="--")
+    ax.text(128, 11, "10% budget", ha="right", color="gray")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("microbatches in flight (m)")
+    ax.set_ylabel("bubble: idle share of the grid (%)")
+    ax.set_title("Pipeline bubble (p − 1) / (p + m − 1)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+
+
+def main() -> None:
+    if "--plot" in sys.argv:
+        plot(HERE / "bubble.png")
+        print("wrote bubble.png")
+        return
+    print("p = 2 stages, m = 4 microbatches (1..4 = microbatch, . = idle):")
+    print(render(simulate_schedule(2, 4)))
+    print(f"  ticks {pipeline_total_ticks(2, 4)}, bubble {bubble_fraction(2, 4):.1%} = 1/5")
+    print("p = 4, m = 1 (no microbatching):")
+    print(render(simulate_schedule(4, 1)))
+    print(f"  ticks {pipeline_total_ticks(4, 1)}, bubble {bubble_fraction(4, 1):.0%}")
+    print("\nbubble by p (rows) and m (columns):")
+    cols = (1, 2, 4, 8, 16, 64)
+    print("   p | " + " | ".join(f"m={m:<4}" for m in cols))
+    for p in (2, 4, 8, 16):
+        print(f"  {p:>2} | " + " | ".join(f"{bubble_fraction(p, m):6.1%}" for m in cols))
+    print("\nfewest microbatches for a bubble budget:")
+    for p, budget in ((2, 0.10), (4, 0.10), (8, 0.10), (16, 0.10), (8, 0.25)):
+        print(f"  p={p:>2}, budget {budget:.1%}: m = {min_microbatches_for_bubble(p, budget)}")
+    exact = bubble_fraction(2, 48)  # 1/49, met exactly by m = 48
+    naive = math.ceil((2 - 1) * (1 / exact - 1))
+    print(f"  p= 2, budget 1/49 (the bubble at m=48): m = {min_microbatches_for_bubble(2, exact)}"
+          f" (a bare float ceiling says {naive})")
+    print("\na straggler sets the clock (4 stages, 16 microbatches, time per microbatch):")
+    for times in ((1, 1, 1, 1), (1, 2, 1, 1), (1.5, 1.5, 0.5, 0.5)):
+        print(f"  stages {times}: finish at {pipeline_time(times, 16):g} (balanced would be {pipeline_time((sum(times) / 4,) * 4, 16):g})")
+
+
+if __name__ == "__main__":
+    main()

@@ -238,6 +238,7 @@ def _worker_main(conn: Any, rank: int, world: int, init_method: str, vocab_size:
 
     worker = Worker(rank, world, vocab_size, seed, all_gather)
     conn.send(("ok", None))
+    code = 0
     try:
         while True:
             try:
@@ -251,8 +252,16 @@ def _worker_main(conn: Any, rank: int, world: int, init_method: str, vocab_size:
                 conn.send(("ok", _call(worker, method, args, kwargs)))
             except Exception as exc:  # report, keep serving
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    except BaseException:  # the pipe itself broke: say why, then exit non-zero
+        import traceback
+
+        traceback.print_exc()
+        code = 1
     finally:
-        conn.close()  # no destroy_process_group: it waits on peers that may be gone; exiting frees the group
+        conn.close()
+    # Leave at once: tearing the gloo group down at interpreter exit waits seconds on its peers
+    # (or forever on a dead one). The driver has its reply; there is nothing left to flush.
+    os._exit(code)
 
 
 def _reap(procs: list[Any]) -> None:

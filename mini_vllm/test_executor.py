@@ -124,6 +124,36 @@ def test_tp_mlp_rank_sums_to_the_dense_mlp():
         np.testing.assert_allclose(sum(p for p, _ in partials), dense, rtol=0, atol=1e-12)
 
 
+def test_a_silent_group_times_out_instead_of_hanging():
+    """No process needed: one rank that never answers, whose process never exits."""
+    import multiprocessing as mp
+    import tempfile
+    import weakref
+
+    class Silent:  # a live process that says nothing
+        pid, exitcode = 0, None
+
+        def __init__(self, sentinel):
+            self.sentinel = sentinel
+
+        def is_alive(self):
+            return False
+
+        def join(self, timeout=None):
+            pass
+
+    driver_end, _worker_end = mp.Pipe()
+    never_r, _never_w = mp.Pipe(duplex=False)
+    ex = MultiprocExecutor.__new__(MultiprocExecutor)
+    ex.vocab_size, ex.eos_token_id, ex.tensor_parallel_size = 257, 256, 1
+    ex.collectives_per_step, ex.is_shut_down, ex.timeout_s = [], False, 0.2
+    ex._conns, ex._procs, ex._tmp = [driver_end], [Silent(never_r)], tempfile.TemporaryDirectory()
+    ex._finalizer = weakref.finalize(ex, lambda: None)
+    with pytest.raises(TimeoutError, match=r"no reply from ranks \[0\] within 0.2 s"):
+        ex.collective_rpc("describe")
+    assert ex.is_shut_down, "a timed-out group is shut down, not left half-alive"
+
+
 # -- real worker processes (spawned, gloo) -----------------------------------------------------------
 @pytest.fixture(scope="module")
 def tp2():

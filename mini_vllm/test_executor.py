@@ -1,5 +1,7 @@
 """The executor: TP=N logits equal TP=1 exactly, collectives are counted, failures never hang."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,10 @@ from mini_vllm.executor import (
 )
 
 RNG = np.random.default_rng(0)
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch not installed: pip install -e '.[torch]' (worker processes talk over torch.distributed/gloo)",
+)
 TOKENS = RNG.integers(0, 257, size=12)
 POSITIONS = RNG.integers(0, 300, size=12)
 
@@ -163,6 +169,7 @@ def tp2():
 
 
 @pytest.mark.slow
+@needs_torch
 def test_two_processes_give_tp1_logits_with_one_gather_per_step(tp2):
     full = ToyModel().forward(TOKENS, POSITIONS)
     for step in range(3):
@@ -175,6 +182,7 @@ def test_two_processes_give_tp1_logits_with_one_gather_per_step(tp2):
 
 
 @pytest.mark.slow
+@needs_torch
 def test_engine_adopts_the_executor_in_one_line(tp2):
     prompts = ["tensor parallel", "ab", "the quick brown fox"]
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -189,6 +197,7 @@ def test_engine_adopts_the_executor_in_one_line(tp2):
 
 
 @pytest.mark.slow
+@needs_torch
 def test_worker_errors_come_back_and_the_group_keeps_serving(tp2):
     with pytest.raises(RuntimeError, match="rank 0: TypeError"):
         tp2.collective_rpc("describe", (1, 2))
@@ -196,6 +205,7 @@ def test_worker_errors_come_back_and_the_group_keeps_serving(tp2):
 
 
 @pytest.mark.slow
+@needs_torch
 def test_dead_worker_is_an_error_not_a_hang_and_shutdown_is_clean():
     ex = MultiprocExecutor(tensor_parallel_size=2, timeout_s=30)
     procs = ex.processes
@@ -211,6 +221,7 @@ def test_dead_worker_is_an_error_not_a_hang_and_shutdown_is_clean():
 
 
 @pytest.mark.slow
+@needs_torch
 def test_shutdown_is_clean(tp2):  # last: it stops the module's executor
     procs = tp2.processes
     tp2.shutdown()

@@ -97,16 +97,24 @@ def comm_fraction(compute_s: float, comm_s: float) -> float:
 
 def latency_bandwidth_crossover_tokens(num_ranks: int, link: Link, hidden: int = HIDDEN_8B,
                                        dtype_bytes: int = 2) -> int:
-    """Smallest batch (tokens) whose bandwidth term is at least its latency term."""
+    """Smallest batch (tokens) whose bandwidth term is at least its latency term.
+
+    The bandwidth term of ``k`` tokens is ``ring_allreduce_traffic_per_rank(payload of k tokens) /
+    bandwidth``; the latency term is ``2 (N − 1) × latency``. ``ValueError`` for one rank.
+    """
     _ranks(num_ranks)
     if num_ranks == 1:
         raise ValueError("one rank has no communication, so no crossover")
     latency = 2 * (num_ranks - 1) * link.latency_s
-    per_token = ring_allreduce_traffic_per_rank(hidden * dtype_bytes, num_ranks) / link.bandwidth_bytes_per_s
-    tokens = math.ceil(latency / per_token)
-    while tokens > 1 and (tokens - 1) * per_token >= latency:  # guard the float ceiling
+
+    def bandwidth_term(tokens: int) -> float:
+        payload = allreduce_payload_bytes(tokens, hidden, dtype_bytes)
+        return ring_allreduce_traffic_per_rank(payload, num_ranks) / link.bandwidth_bytes_per_s
+
+    tokens = max(1, math.ceil(latency / bandwidth_term(1)))
+    while tokens > 1 and bandwidth_term(tokens - 1) >= latency:  # a float ceiling can land one off
         tokens -= 1
-    while tokens * per_token < latency:
+    while bandwidth_term(tokens) < latency:
         tokens += 1
     return tokens
 

@@ -92,17 +92,24 @@ def test_every_parameter_scales_the_bill():
 
 
 def test_latency_bandwidth_crossover_is_exact():
+    def bandwidth_term(tokens, n, bw):  # same operations, same order, as the docstring's definition
+        return 2 * (n - 1) * (tokens * 4096 * 2) / n / bw
+
     for n in (2, 4, 8):
         for bw, lat in (ETH, NVL):
             k = lab.latency_bandwidth_crossover_tokens(n, link(bw, lat))
-            per_token = 2 * (n - 1) / n * 8192 / bw
             latency = 2 * (n - 1) * lat
-            assert k * per_token >= latency > (k - 1) * per_token, (
+            assert bandwidth_term(k, n, bw) >= latency > bandwidth_term(k - 1, n, bw), (
                 f"N={n}: {k} tokens is not the first batch whose bandwidth term reaches the latency term"
             )
     assert lab.latency_bandwidth_crossover_tokens(2, link(*ETH)) == 16, "10 GbE TP=2: 100 us x 1.25 GB/s / 8 KiB = 15.3"
+    got = lab.latency_bandwidth_crossover_tokens(2, link(2.4576e9, 5e-6))
+    assert got == 3, (
+        f"an exact boundary: 3 tokens x 8 KiB / 2.4576 GB/s = 10 us = 2 hops x 5 us, so 3 tokens, got {got}: "
+        "math.ceil of the float ratio lands on 4 here; check the candidate and the one below it"
+    )
     assert lab.latency_bandwidth_crossover_tokens(2, link(1.0, 4.0), hidden=1, dtype_bytes=1) == 8, (
-        "an exact boundary: latency 8 s = 8 tokens x 1 s each; 8, not 9"
+        "latency 8 s = 8 tokens x 1 s each; 8, not 9"
     )
 
 

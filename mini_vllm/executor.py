@@ -177,6 +177,9 @@ class Executor(ABC):
         if tokens.size and (tokens.min() < 0 or tokens.max() >= self.vocab_size or pos.min() < 0):
             raise ValueError(f"token ids must lie in [0, {self.vocab_size}) and positions must be >= 0")
         tokens, pos = tokens.astype(np.int64), pos.astype(np.int64)
+        if tokens.size == 0:  # nothing scheduled: no worker call, no collective
+            self.collectives_per_step.append(0)
+            return np.zeros((0, self.vocab_size))
         results = self.collective_rpc("execute_model", (tokens, pos))
         logits, n = results[0]
         self.collectives_per_step.append(n)

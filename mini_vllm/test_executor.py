@@ -93,8 +93,9 @@ def test_bad_inputs_are_refused_before_reaching_the_workers():
         ex.forward(np.array([257]), np.array([0]))
     with pytest.raises(ValueError, match="no public method"):
         ex.collective_rpc("_all_gather")
+    assert ex.collectives_per_step == [], "refused calls are not counted as steps"
     assert ex.forward(np.array([], dtype=int), np.array([], dtype=int)).shape == (0, 257)
-    assert ex.collectives_per_step == [0], "refused calls are not counted as steps"
+    assert ex.collectives_per_step == [0], "an empty step reaches no worker and costs no collective"
 
 
 @pytest.mark.parametrize("tp", [2, 4, 5, 8])
@@ -176,6 +177,8 @@ def test_two_processes_give_tp1_logits_with_one_gather_per_step(tp2):
         got = tp2.forward(TOKENS[step:], POSITIONS[step:])
         assert np.array_equal(got, full[step:]), "TP=2 must reproduce TP=1 bit for bit"
     assert tp2.collectives_per_step[-3:] == [1, 1, 1], "vocabulary-parallel logits cost one all-gather per step"
+    assert tp2.forward(np.array([], dtype=int), np.array([], dtype=int)).shape == (0, 257)
+    assert tp2.collectives_per_step[-1] == 0, "an empty step costs no collective"
     info = tp2.collective_rpc("describe")
     assert [(i["rank"], i["start"], i["end"]) for i in info] == [(0, 0, 160), (1, 160, 257)]
     assert len({i["pid"] for i in info}) == 2, "one process per rank"

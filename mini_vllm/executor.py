@@ -267,6 +267,20 @@ def _worker_main(conn: Any, rank: int, world: int, init_method: str, vocab_size:
     os._exit(code)
 
 
+def _mp_context() -> Any:
+    """A fresh-process start method: never a plain fork of a parent that may hold torch threads.
+
+    forkserver (POSIX) forks each worker from a clean server that imported torch once, so a second
+    executor starts in a fraction of a second; spawn elsewhere. Upstream forks by default and
+    switches to spawn once CUDA is initialised in the parent.
+    """
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "mini_vllm.executor"])
+        return ctx
+    return mp.get_context("spawn")
+
+
 def _reap(procs: list[Any]) -> None:
     for p in procs:
         if p.is_alive():
@@ -276,7 +290,7 @@ def _reap(procs: list[Any]) -> None:
 
 
 class MultiprocExecutor(Executor):
-    """``tensor_parallel_size`` worker processes (spawned), one gloo group, one pipe per worker."""
+    """``tensor_parallel_size`` worker processes (forkserver or spawn), one gloo group, one pipe each."""
 
     def __init__(self, vocab_size: int = 257, tensor_parallel_size: int = 2, seed: int = 0,
                  timeout_s: float = 60.0) -> None:
@@ -284,7 +298,7 @@ class MultiprocExecutor(Executor):
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.timeout_s = timeout_s
-        ctx = mp.get_context("spawn")  # fork is unsafe once torch threads exist; upstream spawns too
+        ctx = _mp_context()
         self._tmp = tempfile.TemporaryDirectory(prefix="mini_vllm_gloo_")
         init_method = "file://" + os.path.join(self._tmp.name, "rendezvous")
         self._conns, self._procs = [], []

@@ -21,6 +21,12 @@ An executor answers ``forward(last_tokens, positions)`` like ``ToyModel`` (and `
 ``eos_token_id``); ``execute_model(scheduler_output)`` is the upstream-shaped entry point, and
 reads the last scheduled token of each request itself, as the model runner does.
 
+Failures never hang: the driver waits on every worker's pipe *and* process sentinel, so a dead
+worker becomes ``WorkerDiedError`` (naming the rank) and a silent one ``TimeoutError``; either
+way the whole group is stopped, since a TP group cannot run with a rank missing. The module
+also holds ``tp_mlp_rank``, one rank's share of the column → row MLP block (Phase 10 lab 01),
+which the tier-1 test runs beside vLLM's ``ColumnParallelLinear`` / ``RowParallelLinear``.
+
 Left out: the shared-memory broadcast queue (workers get the call over a pipe each), async
 scheduling and futures, pipeline parallelism, Ray, KV-cache initialisation and memory
 profiling, device placement (everything runs on CPU, gloo), and sampling on the workers (the

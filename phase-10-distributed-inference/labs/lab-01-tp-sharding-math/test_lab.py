@@ -111,8 +111,9 @@ def test_every_promised_error():
     for bad in (0, -2, 2.0, True):
         with pytest.raises(ValueError, match="num_ranks"):
             lab.shard(64, bad, 0)
-    with pytest.raises(ValueError, match="rank"):
-        lab.shard(64, 4, 4)
+    for bad_rank in (4, -1):  # -1 would silently slice the last chunk's tail: slice(-16, 0) is empty
+        with pytest.raises(ValueError, match="rank"):
+            lab.shard(64, 4, bad_rank)
     with pytest.raises(ValueError, match="split"):
         lab.mlp_tp(x, W1, W2, 3)  # 64 intermediate features over 3 ranks: why TP sizes are powers of two
     with pytest.raises(ValueError, match="W2"):

@@ -94,13 +94,13 @@ def comm_fraction(compute_s: float, comm_s: float) -> float:
 
 def latency_bandwidth_crossover_tokens(num_ranks: int, link: Link, hidden: int = HIDDEN_8B,
                                        dtype_bytes: int = 2) -> int:
-    """Smallest batch (tokens) whose bandwidth term is at least its latency term.
+    """Smallest batch (tokens, at least 1) whose bandwidth term is at least its latency term.
 
     The bandwidth term of ``k`` tokens is ``ring_allreduce_traffic_per_rank(payload of k tokens) /
     bandwidth``; the latency term is ``2 (N − 1) × latency``. ``ValueError`` for one rank.
     """
     raise NotImplementedError(
-        "latency_bandwidth_crossover_tokens: refuse num_ranks == 1 ('crossover'); the smallest integer k whose "
+        "latency_bandwidth_crossover_tokens: refuse num_ranks == 1 ('crossover'); the smallest integer k >= 1 whose "
         "bandwidth term (ring traffic of k tokens' payload / bandwidth) reaches 2(N-1) * latency; start from "
         "math.ceil of the ratio and step down/up so a float ceiling can not land one off"
     )

@@ -111,6 +111,8 @@ def test_latency_bandwidth_crossover_is_exact():
     assert lab.latency_bandwidth_crossover_tokens(2, link(1.0, 4.0), hidden=1, dtype_bytes=1) == 8, (
         "latency 8 s = 8 tokens x 1 s each; 8, not 9"
     )
+    got = lab.latency_bandwidth_crossover_tokens(4, link(*NVL)._replace(latency_s=0.0))
+    assert got == 1, f"with zero latency the first real batch (1 token) already reaches it; a batch of {got} tokens is not one"
 
 
 def test_extreme_values():

@@ -404,8 +404,10 @@ def make_executor(vocab_size: int = 257, tensor_parallel_size: int = 1, seed: in
 
 # -- the column → row pattern of every transformer block, one rank's share ------------------------
 def shard_range(n: int, tp_size: int, rank: int) -> slice:
-    """Rank ``rank``'s equal slice of an axis of length ``n`` (``n % tp_size == 0`` required)."""
+    """Rank ``rank``'s equal slice of an axis of length ``n`` (``n % tp_size == 0``, ``0 <= rank < tp_size``)."""
     _check_tp(tp_size)
+    if not 0 <= rank < tp_size:
+        raise ValueError(f"rank must lie in [0, {tp_size}), got {rank}")
     if n % tp_size:
         raise ValueError(f"an axis of {n} does not split over {tp_size} ranks; TP needs n % tp_size == 0")
     chunk = n // tp_size

@@ -58,8 +58,11 @@ def test_bad_arguments_are_refused():
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="tensor_parallel_size"):
             make_executor(tensor_parallel_size=bad)
-    with pytest.raises(ValueError, match="rank"):
-        vocab_shard(257, 2, 2)
+    for bad_rank in (2, -1):  # -1 would give a negative start and a shard of the wrong ids, silently
+        with pytest.raises(ValueError, match="rank"):
+            vocab_shard(257, 2, bad_rank)
+        with pytest.raises(ValueError, match="rank"):
+            shard_range(64, 2, bad_rank)
     with pytest.raises(ValueError, match="does not split"):
         vocab_shard(257, 3, 0)
     with pytest.raises(ValueError, match="UniProcExecutor"):
@@ -79,8 +82,18 @@ def test_uniproc_executor_is_the_toy_model():
         assert np.array_equal(got, ToyModel().forward(TOKENS, POSITIONS))
         assert ex.collectives_per_step == [0], "TP=1 issues no collective"
         assert ex.collective_rpc("describe")[0]["start"] == 0
-    with pytest.raises(RuntimeError, match="shut down"):
-        ex.forward(TOKENS, POSITIONS)
+    for tokens, positions in ((TOKENS, POSITIONS), (np.array([], dtype=int), np.array([], dtype=int))):
+        with pytest.raises(RuntimeError, match="shut down"):  # even an empty step: nothing may look served
+            ex.forward(tokens, positions)
+
+
+def test_every_constructor_argument_reaches_the_model():
+    with make_executor(vocab_size=100, seed=1) as ex:
+        got = ex.forward(TOKENS % 100, POSITIONS)
+    assert np.array_equal(got, ToyModel(vocab_size=100, seed=1).forward(TOKENS % 100, POSITIONS)), (
+        "make_executor must pass vocab_size and seed on to the workers' weights"
+    )
+    assert not np.array_equal(got, ToyModel(vocab_size=100, seed=0).forward(TOKENS % 100, POSITIONS))
 
 
 def test_bad_inputs_are_refused_before_reaching_the_workers():
@@ -89,8 +102,9 @@ def test_bad_inputs_are_refused_before_reaching_the_workers():
         ex.forward(TOKENS, POSITIONS[:3])
     with pytest.raises(TypeError, match="integer"):
         ex.forward(TOKENS.astype(float), POSITIONS)
-    with pytest.raises(ValueError, match="token ids"):
-        ex.forward(np.array([257]), np.array([0]))
+    for bad_tokens, bad_positions in (([257], [0]), ([-1], [0]), ([0], [-1])):  # -1 would wrap around silently
+        with pytest.raises(ValueError, match="token ids"):
+            ex.forward(np.array(bad_tokens), np.array(bad_positions))
     with pytest.raises(ValueError, match="no public method"):
         ex.collective_rpc("_all_gather")
     assert ex.collectives_per_step == [], "refused calls are not counted as steps"

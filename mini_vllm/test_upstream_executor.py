@@ -1,6 +1,6 @@
 """Differential (tier 1): mini's column → row MLP equals vLLM's real parallel linears over gloo.
 
-Two spawned CPU processes form a real vLLM TP group; each loads the same full weights into
+Two CPU processes (forked by one spawned launcher that imports vLLM once) form a real vLLM TP group; each loads the same full weights into
 ``ColumnParallelLinear`` and ``RowParallelLinear`` (each keeps its shard) and runs mini's
 ``tp_mlp_rank`` on the same group. See ``mini_vllm/testing/tp_gloo.py``.
 """
@@ -13,7 +13,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from mini_vllm.testing.tp_gloo import _rank_main, weights
+from mini_vllm.testing.tp_gloo import launch_ranks, weights
 
 pytestmark = [pytest.mark.upstream, pytest.mark.slow]
 
@@ -25,7 +25,8 @@ def test_column_row_mlp_matches_vllm_parallel_linears_with_one_all_reduce():
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         init = "file://" + os.path.join(tmp, "rendezvous")
-        procs = [ctx.Process(target=_rank_main, args=(r, world, init, seed, results), daemon=True) for r in range(world)]
+        # one spawned launcher imports vLLM once and forks the ranks (it has children: not a daemon)
+        procs = [ctx.Process(target=launch_ranks, args=(world, init, seed, results))]
         for p in procs:
             p.start()
         got = {}

@@ -14,10 +14,47 @@ import os
 from typing import Any
 
 
-def _rank_main(rank: int, world: int, init_method: str, seed: int, queue: Any) -> None:
+def _cpu_env() -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
+def _import_vllm_on_cpu() -> None:
+    """The heavy imports, in the order ``_run`` needs them (the CPU platform is set before any layer)."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    import torch  # noqa: F401
+    import vllm.platforms as platforms  # the CUDA wheel cannot tell it runs on a CPU: say so first
+    from vllm.platforms.cpu import CpuPlatform
+
+    platforms._current_platform = CpuPlatform()
+    import vllm.config  # noqa: F401
+    import vllm.distributed.parallel_state  # noqa: F401
+    import vllm.model_executor.layers.linear  # noqa: F401
+
+
+def launch_ranks(world: int, init_method: str, seed: int, queue: Any) -> None:
+    """One spawned process imports vLLM once, then forks the ``world`` ranks (half the import cost).
+
+    Nothing has started a thread pool or a process group yet, so the fork is clean.
+    """
+    import multiprocessing as mp
+
+    _cpu_env()
+    _import_vllm_on_cpu()
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_rank_main, args=(r, world, init_method, seed, queue), daemon=True)
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+
+
+def _rank_main(rank: int, world: int, init_method: str, seed: int, queue: Any) -> None:
+    _cpu_env()
     try:
         queue.put((rank, "ok", _run(rank, world, init_method, seed)))
     except BaseException as exc:  # report instead of dying silently
@@ -37,16 +74,10 @@ def weights(seed: int, hidden: int = 8, inter: int = 16, tokens: int = 4):
 
 
 def _run(rank: int, world: int, init_method: str, seed: int) -> dict:
-    import warnings
-
-    warnings.simplefilter("ignore")
+    _import_vllm_on_cpu()  # a no-op after launch_ranks
     import numpy as np
     import torch
     import torch.distributed as dist
-    import vllm.platforms as platforms  # the CUDA wheel cannot tell it runs on a CPU: say so first
-    from vllm.platforms.cpu import CpuPlatform
-
-    platforms._current_platform = CpuPlatform()
     import vllm.model_executor.layers.linear as linear
     from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed import parallel_state as ps

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from course.svgfig import BLUE, GREY, INK, ORANGE, Svg
+from course.svgfig import BLUE, GREY, ORANGE, Svg
 from mini_vllm.lora import LoRAAdapter, LoRASlotManager
 
 TENANTS, REQUESTS, HOT, HOT_SHARE = 16, 2000, 3, 0.8

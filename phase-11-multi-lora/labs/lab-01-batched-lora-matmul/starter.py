@@ -52,7 +52,8 @@ def apply_batched(
     index is outside ``-1 .. len(slots) - 1``, or when a row points at an empty slot.
     """
     raise NotImplementedError(
-        'validate the indices, do ONE matmul(x, W.T), then for each distinct slot index >= 0 gather its rows and add lora_delta; skip -1 rows'
+        "validate the indices, do ONE matmul(x, W.T), then for each distinct slot index "
+        ">= 0 gather its rows and add lora_delta; skip -1 rows"
     )
 
 

@@ -50,7 +50,8 @@ class AdapterSlotCache:
     def ensure(self, adapter_id: int) -> Ensured:
         """Make ``adapter_id`` resident; say whether it was a HIT, a LOAD or an EVICT_LOAD."""
         raise NotImplementedError(
-            'validate the id; hit: move_to_end; miss: evict the oldest of self._order when no slot is free, load into the lowest free slot, count'
+            "validate the id; hit: move_to_end; miss: evict the oldest of self._order when no "
+            "slot is free, load into the lowest free slot, count"
         )
 
     def resident(self) -> list[int]:
@@ -73,7 +74,9 @@ def max_schedulable(waiting: Sequence[int | None], max_loras: int, running: Iter
     on. ``ValueError`` for ``max_loras < 1``, an id < 1, or running adapters beyond the cap.
     """
     raise NotImplementedError(
-        'walk the queue: None or an already-claimed adapter -> admit; a new adapter -> admit and claim while fewer than max_loras are claimed, else defer (and keep walking)'
+        "walk the queue: None or an already-claimed adapter -> admit; a new adapter -> "
+        "admit and claim while fewer than max_loras are claimed, else defer (and keep "
+        "walking)"
     )
 
 

@@ -1,9 +1,9 @@
 """Lab 11-02: LoRA economics. Grades solution.py, or starter.py with LAB_IMPL=starter.
 
-Two tests were renamed from the lab's first plan because their names contradicted them:
+One test was renamed from the lab's first plan because its name contradicted its value:
 ``test_hundreds_of_adapters_per_gib`` is ``test_thirty_two_adapters_per_gib`` (a 32 MiB adapter
-gives exactly 32 per GiB, not hundreds), and ``test_adapter_size_matches_the_lab02_capture`` is
-``test_adapter_size_matches_the_serving_capture`` (the serving lab is no longer lab 02).
+gives exactly 32 per GiB, not hundreds). ``test_adapter_size_matches_the_lab02_capture`` keeps its
+planned name: "lab02" is the serving lab's capture (lab 02 in the first plan; it comes later here).
 """
 
 import pytest
@@ -23,7 +23,7 @@ def test_per_layer_params():
     assert lab.lora_params_per_layer(1, 1, 1) == 2
 
 
-def test_adapter_size_matches_the_serving_capture():
+def test_adapter_size_matches_the_lab02_capture():
     b = lab.adapter_bytes(4096, 32, 16)
     assert b == 32 * MIB, (
         f"131,072 params × 4 targets (q,k,v,o) × 32 layers × 2 bytes (fp16) = 32 MiB, got {b / MIB} MiB"

@@ -166,3 +166,15 @@ def test_real_scheduler_admits_what_admit_waiting_admits(lora_scheduler_factory,
     else:
         pytest.fail("trace not finished after 60 steps")
     assert skips > 0, "the trace must make adapters outnumber slots at least once"
+
+
+def test_real_scheduler_on_the_guide_queue(lora_scheduler_factory):
+    """The guide's example: adapters [1, base, 2, 3, 1, base, 3, 4], max_loras=2 → two steps."""
+    real, add = lora_scheduler_factory(2)
+    for i, lora_id in enumerate([1, None, 2, 3, 1, None, 3, 4]):
+        add(f"r{i}", lora_id, 1)
+    first = set(real.step().num_scheduled_tokens)
+    second = set(real.step().num_scheduled_tokens)
+    assert first == {"r0", "r1", "r2", "r4", "r5"}, f"step 1 admitted {sorted(first)}"
+    assert second == {"r3", "r6", "r7"}, f"step 2 admitted {sorted(second)}"
+    assert admit_waiting(set(), [1, None, 2, 3, 1, None, 3, 4], 2) == [0, 1, 2, 4, 5]

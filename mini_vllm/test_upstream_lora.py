@@ -11,18 +11,16 @@
   ``LoRAConfig`` when adapters outnumber ``max_loras``.
 """
 
-import os
 import random
 
 import numpy as np
 import pytest
 
-# vLLM's CPU path: real Triton (not its placeholder) and no torch.compile; before `import vllm`.
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-os.environ.setdefault("TRITON_INTERPRET", "1")
-os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+from mini_vllm.lora import BASE, LoRAAdapter, LoRASlotManager, admit_waiting, apply_batched
 
-from mini_vllm.lora import BASE, LoRAAdapter, LoRASlotManager, admit_waiting, apply_batched  # noqa: E402
+# Neither the torch ops behind PunicaWrapperCPU nor the Scheduler use Triton kernels or
+# torch.compile, so no CUDA_VISIBLE_DEVICES / TORCHDYNAMO_DISABLE is set here: setting them in a
+# test module would change the whole pytest session (and hide the GPU on a GPU box).
 
 pytestmark = pytest.mark.upstream
 

@@ -37,6 +37,15 @@ def test_thirty_two_adapters_per_gib():
     assert lab.adapters_per_gib(4096, 32, 8) == 64, "halving the rank doubles the adapters per GiB"
 
 
+def test_per_gib_passes_targets_and_dtype_on():
+    assert lab.adapters_per_gib(4096, 32, 16, targets=8) == 16, (
+        "8 targets make a 64 MiB adapter: 16 per GiB; pass targets on to adapter_bytes"
+    )
+    assert lab.adapters_per_gib(4096, 32, 16, bytes_per_param=4) == 16, (
+        "fp32 (4 bytes) makes a 64 MiB adapter: 16 per GiB; pass bytes_per_param on to adapter_bytes"
+    )
+
+
 def test_shrink_ratio_is_the_headline():
     got = lab.shrink_ratio(7_000_000_000, 4096, 32, 16)
     assert 400 <= got <= 450, f"7e9 / 16,777,216 adapter params ≈ 417x, got {got:.1f}x (compare parameters with parameters)"

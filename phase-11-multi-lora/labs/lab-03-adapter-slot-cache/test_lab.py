@@ -70,9 +70,13 @@ def test_cache_agrees_with_mini_vllm_slot_manager():
         dummy = LoRAAdapter.random(2, 2, 1, seed=0)
         for _ in range(300):
             a = rng.randint(1, 7)
-            c.ensure(a)
+            e = c.ensure(a)
             m.activate_adapter(a, dummy)
             assert c.slots == m.lora_index_to_id, f"slot layout differs from mini_vllm after adapter {a}"
+            assert e.slot == m.lora_index_to_id.index(a), (
+                f"ensure({a}) returned slot {e.slot}, but the adapter sits in slot {m.lora_index_to_id.index(a)}: "
+                "a hit must report the slot the adapter occupies"
+            )
         assert c.resident() == m.resident()
         s = m.stats
         assert tuple(c.stats()) == (s.hits, s.loads, s.evictions)

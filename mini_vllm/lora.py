@@ -219,7 +219,11 @@ class LoRASlotManager:
         return True
 
     def deactivate_adapter(self, lora_id: int) -> bool:
-        """Free ``lora_id``'s slot (zeroing it, as ``reset_lora`` does). False if it was not resident."""
+        """Free ``lora_id``'s slot and drop its weights. False if it was not resident.
+
+        Upstream's ``_deactivate_adapter`` only clears ``lora_index_to_id``; the old weights stay in
+        the buffers until the next ``set_lora`` resets and overwrites them.
+        """
         if lora_id not in self._lru:
             return False
         del self._lru[lora_id]

@@ -1,7 +1,8 @@
 """Differential tests: mini_vllm.lora against vLLM 0.22.1's LoRA pieces, on CPU.
 
 * ``apply_batched`` equals ``PunicaWrapperCPU.add_lora_linear`` on the same token → slot mapping,
-  when an empty slot is zeroed (what the real manager's ``reset_lora`` does).
+  when an empty slot is all zeros (a slot that has never held an adapter, as the buffers are
+  allocated; a slot freed later keeps its old weights upstream).
 * The index −1 defect of the CPU torch ops at the pin, pinned as today's behaviour: with every
   slot occupied, base tokens (slot index −1) receive the *last* slot's delta, because
   ``bgmv_shrink``/``bgmv_expand`` gather ``weights[lora_indices]`` and −1 wraps around. The
@@ -46,7 +47,7 @@ def punica():
 
 
 def run_punica(punica, manager, ids, x, is_prefill):
-    """vLLM's add_lora_linear on the manager's slots; an empty slot is all zeros, as reset_lora leaves it."""
+    """vLLM's add_lora_linear on the manager's slots; an empty slot is all zeros, as a never-used slot is."""
     PunicaWrapperCPU, LoRAMapping, torch = punica
     n = manager.max_loras
     A = torch.zeros(n, 1, RANK, D_IN, dtype=torch.float64)

@@ -156,7 +156,7 @@ def test_agrees_with_punica_wrapper_cpu():
     from vllm.lora.punica_wrapper.punica_cpu import PunicaWrapperCPU
 
     x, W, slots = setup(rows=8, n_slots=2, seed=4)
-    lora_index_to_id = [11, 22, None]  # slot 2 empty: zeros, as reset_lora leaves it
+    lora_index_to_id = [11, 22, None]  # slot 2 never used: still the zeros it was allocated as
     ids = (0, 11, 22, 11, 0, 22, 22, 0)
     A = torch.zeros(3, 1, RANK, D_IN, dtype=torch.float64)
     B = torch.zeros(3, 1, D_OUT, RANK, dtype=torch.float64)

@@ -1,9 +1,7 @@
 """Lab 11-02: LoRA economics. Grades solution.py, or starter.py with LAB_IMPL=starter.
 
-One test was renamed from the lab's first plan because its name contradicted its value:
-``test_hundreds_of_adapters_per_gib`` is ``test_thirty_two_adapters_per_gib`` (a 32 MiB adapter
-gives exactly 32 per GiB, not hundreds). ``test_adapter_size_matches_the_lab02_capture`` keeps its
-planned name: "lab02" is the serving lab's capture (lab 02 in the first plan; it comes later here).
+``test_adapter_size_matches_the_lab02_capture`` keeps its planned name: "lab02" is the serving
+capture's lab in the first plan (the "0.03 GiB" vLLM logs for this adapter).
 """
 
 import pytest

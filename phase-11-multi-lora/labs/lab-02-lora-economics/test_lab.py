@@ -35,6 +35,14 @@ def test_thirty_two_adapters_per_gib():
     assert lab.adapters_per_gib(4096, 32, 8) == 64, "halving the rank doubles the adapters per GiB"
 
 
+def test_hundreds_of_adapters_per_gib():
+    """'Hundreds per GiB' is true only for small adapters: the q/k/v/o r = 16 adapter gives 32."""
+    assert lab.adapters_per_gib(4096, 32, 16) == 32, "the headline adapter (q,k,v,o, r = 16) gives 32 per GiB, not hundreds"
+    assert lab.adapters_per_gib(4096, 32, 4, targets=2) == 256, (
+        "r = 4 on q and v only: 4 · 8192 · 2 · 32 · 2 B = 4 MiB, so 256 per GiB; pass rank and targets on"
+    )
+
+
 def test_per_gib_passes_targets_and_dtype_on():
     assert lab.adapters_per_gib(4096, 32, 16, targets=8) == 16, (
         "8 targets make a 64 MiB adapter: 16 per GiB; pass targets on to adapter_bytes"

@@ -165,6 +165,15 @@ def test_admission_rule():
         admit_waiting(set(), [1], 0)
 
 
+def test_admission_leaves_the_running_set_alone():
+    running = {1}
+    admit_waiting(running, [2, 3], 3)
+    assert running == {1}, (
+        "admit_waiting added the waiting requests' adapters to the caller's running set: "
+        "copy scheduled_loras before claiming (the caller still needs the running requests' set)"
+    )
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.integers(1, 6)), max_size=25), st.integers(1, 4))
 def test_admission_never_exceeds_and_is_maximal(waiting, max_loras):

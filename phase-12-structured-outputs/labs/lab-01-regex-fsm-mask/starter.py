@@ -149,7 +149,20 @@ def plot_reliability(path: Path) -> None:
     plt.close(fig)
 
 
+def reliability_table() -> None:
+    """P(a response of n tokens is all valid) = p^n, unconstrained, for the guide's table."""
+    print("P(whole response valid) = p^n without a mask; 1 with one")
+    print(f"  {'n tokens':>8} | {'p=0.99':>8} {'p=0.999':>8} {'p=0.9999':>8}")
+    for n in (10, 100, 1000, 5000):
+        print(f"  {n:>8} | " + " ".join(f"{p**n:>8.3f}" for p in (0.99, 0.999, 0.9999)))
+
+
 def main(argv: list[str]) -> None:
+    if "--figure" in argv:
+        reliability_table()
+        plot_reliability(HERE / "reliability.png")
+        print("wrote reliability.png")
+        return
     pattern = "0x[0-9a-f]+"
     fsm = compile_pattern(pattern)
     print(f"pattern {pattern!r}: {len(parse_atoms(pattern))} atoms, {fsm.num_states} states, accepting {sorted(fsm.accepting)}")
@@ -180,9 +193,6 @@ def main(argv: list[str]) -> None:
     print(f"50 random rankings on '{fuzz_pattern}': {ok}/50 full matches")
     print(f"unconstrained, 0.999 per token, 1000 tokens: P(valid) = {0.999**1000:.3f}, "
           f"P(at least one error) = {1 - 0.999**1000:.3f}, expected errors = {1000 * 0.001:.1f}")
-    if "--figure" in argv:
-        plot_reliability(HERE / "reliability.png")
-        print("wrote reliability.png")
 
 
 if __name__ == "__main__":

@@ -119,6 +119,10 @@ def test_classes_escapes_and_negation():
     fsm = RegexFSM("[^0-9]\\d[-a]\\.[]x]")
     assert fsm.fullmatch("q7-.]") and fsm.fullmatch("z0a.x")
     assert not fsm.fullmatch("17-.x") and not fsm.fullmatch("q7-x]")
+    for pattern in ("[a-]", "[a-]+b", "x[0-9-]"):
+        for text in ("a", "-", "]", "a-b", "x-", "x5", "b"):
+            assert RegexFSM(pattern).fullmatch(text) == (re.fullmatch(pattern, text) is not None), (
+                f"{pattern!r} on {text!r}: a '-' just before ']' is a literal dash, not the start of a range")
 
 
 # --- lifting to tokens -----------------------------------------------------------------------
@@ -274,6 +278,18 @@ def test_json_rejects(bad):
     assert not JsonMachine().fullmatch(bad), bad
 
 
+def test_json_closer_must_match_the_stack_top():
+    for bad in ("[1}", '{"a":1]', "[{}}", '{"a":[1}}', "[[]}"):
+        assert not JsonMachine().fullmatch(bad), f"{bad!r}: '}}' closes only '{{' and ']' only '[' (read the stack top)"
+    comp = GrammarCompiler(VOCAB)
+    obj, arr = comp.compile_grammar("json", ""), comp.compile_grammar("json", "")
+    assert obj.accept_tokens("r", ids('{"', "a", '":', "[1", "]")) and arr.accept_tokens("r", ids("[", "[1", "]"))
+    assert {"}", "]"} & allowed_texts(obj.allowed_token_mask()) == {"}"}, "after {\"a\":[1] only '}' closes"
+    assert {"}", "]"} & allowed_texts(arr.allowed_token_mask()) == {"]"}, (
+        "after [[1] only ']' closes: the same mode with a different stack needs its own cached mask "
+        "(key the mask cache by the whole state, stack included)")
+
+
 def test_json_depth_is_the_stack_and_max_depth_refuses():
     jm = JsonMachine(max_depth=3)
     s = jm.start()
@@ -298,6 +314,10 @@ def test_json_object_kind_and_top_level_numbers():
     g2 = comp.compile_grammar("json", "")
     g2.accept_tokens("r", ids("12"))
     assert {"EOS", "0", ".", "12"} <= allowed_texts(g2.allowed_token_mask()), "a top-level number may end at EOS"
+    assert comp.compile_grammar("regex", "a+").compiled is not comp.compile_grammar("regex", "b+").compiled, (
+        "the compile cache is keyed by (kind, spec): two patterns must not share a machine")
+    assert comp.compile_grammar("choice", ["a"]).compiled is not comp.compile_grammar("choice", ["b"]).compiled
+    assert comp.compilations == 6, "json_object, json, a+, b+, [a], [b]: one compilation per distinct (kind, spec)"
     with pytest.raises(ValueError, match="unknown grammar kind"):
         comp.compile_grammar("ebnf", "root ::= x")
 
@@ -330,6 +350,9 @@ def test_manager_fills_k_plus_one_rows_and_rolls_back():
     assert allowed_texts(rows[4]) == {"0", "0x"} and rows[5].all() and rows[6].all(), (
         "after a rejected draft the rows stay open")
     assert g.num_processed_tokens == 0 and h.num_processed_tokens == 0, "every tentative advance is rolled back"
+    bm2 = mgr.grammar_bitmask([None, g])
+    assert bm2.shape == (2, bitmask_words(VOCAB.size)) and (bm2[0] == -1).all(), (
+        "row 0 is unconstrained this step: reset every row to -1 before filling, or last step's row leaks")
     with pytest.raises(ValueError, match="rows needed"):
         mgr.grammar_bitmask([g, g, g], [ids("0", "0"), ids("0", "0"), ids("0", "0", "0")])
     with pytest.raises(ValueError, match="one"):

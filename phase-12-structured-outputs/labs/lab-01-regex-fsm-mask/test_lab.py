@@ -35,6 +35,9 @@ def test_parse_atoms():
         "'\\.' is a literal dot; a '-' first in a class is a literal too"
     )
     assert lab.parse_atoms("[a-c]")[0].chars == {"a", "b", "c"}, "a range includes both ends"
+    assert lab.parse_atoms("[a-]")[0].chars == {"a", "-"}, (
+        "a '-' last in a class is a literal too: only read 'x-y' as a range when a character follows the '-'"
+    )
     for bad, why in [("", "empty"), ("[ab", "unclosed"), ("+a", "nothing to repeat"), ("a++", "one '\\+'"),
                      ("a*", "subset"), ("(a)", "subset"), ("a|b", "subset"), ("a.b", "subset"),
                      ("[z-a]", "reversed"), ("[]", "empty class"), ("a\\", "dangling")]:

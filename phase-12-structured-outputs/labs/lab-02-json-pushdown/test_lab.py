@@ -143,6 +143,11 @@ def test_max_tokens_boundary_and_errors():
     assert lab.constrained_generate(model, 3) == ("{}", "stop", 1), "'{}' + EOS is exactly 3 tokens"
     short = lab.constrained_generate(model, 2)
     assert short.finish_reason == "length" and short.text == "{}", "EOS counts against max_tokens"
+    flat = lab.constrained_generate(lambda out: np.zeros(len(lab.VOCAB)), 10)
+    assert flat == ("0", "stop", 0), (
+        f"with every logit tied the lowest legal id wins ('0', then only EOS is legal); got {flat}: take "
+        "np.argmax of the masked logits, which picks the first maximum"
+    )
     with pytest.raises(ValueError, match="max_tokens"):
         lab.constrained_generate(model, 0)
     with pytest.raises(ValueError, match="shape"):

@@ -136,6 +136,12 @@ def test_truncation_caveat_brace_lover_never_closes():
         with pytest.raises(ValueError):
             json.loads(g.text)
     assert g.max_depth == 8, '40 characters of {"a": nest 8 deep'
+    for max_tokens, depth in ((1, 1), (6, 2)):
+        g = lab.constrained_generate(lover, max_tokens=max_tokens)
+        assert g.max_depth == depth, (
+            f"after {g.text!r} the depth is {depth}: update max_depth after feeding each token, so the "
+            f"last '{{' counts too; got {g.max_depth}"
+        )
 
 
 def test_max_tokens_boundary_and_errors():

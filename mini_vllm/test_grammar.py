@@ -119,6 +119,11 @@ def test_classes_escapes_and_negation():
     fsm = RegexFSM("[^0-9]\\d[-a]\\.[]x]")
     assert fsm.fullmatch("q7-.]") and fsm.fullmatch("z0a.x")
     assert not fsm.fullmatch("17-.x") and not fsm.fullmatch("q7-x]")
+    for pattern in ("(a*)*b", "(a?|b*)+c", "((a|)*)*"):
+        for text in ("", "b", "aab", "c", "abbc", "a"):
+            assert RegexFSM(pattern).fullmatch(text) == (re.fullmatch(pattern, text) is not None), (
+                f"{pattern!r} on {text!r}: a starred group that matches the empty string makes an epsilon "
+                "cycle; the closure must skip states it has already seen")
     for pattern in ("[a-]", "[a-]+b", "x[0-9-]"):
         for text in ("a", "-", "]", "a-b", "x-", "x5", "b"):
             assert RegexFSM(pattern).fullmatch(text) == (re.fullmatch(pattern, text) is not None), (
@@ -147,6 +152,7 @@ def test_eos_only_in_accepting_states_and_terminated_allows_nothing():
     assert g.allowed_token_mask()[EOS] and g.is_accepting()
     assert g.accept_tokens("r", [EOS]) and g.is_terminated()
     assert not g.allowed_token_mask().any(), "nothing follows EOS"
+    assert not g.is_accepting(), "after EOS the grammar is terminated: EOS is no longer legal, so not accepting"
     assert not g.accept_tokens("r", ids("b"))
     g.rollback(1)
     assert not g.is_terminated() and allowed_texts(g.allowed_token_mask()) == {"b", "EOS"}
@@ -170,6 +176,9 @@ def test_rollback_restores_bit_identical_masks():
     g.rollback(3)
     assert (pack_mask(g.allowed_token_mask()) == before).all()
     assert g.num_processed_tokens == 1
+    g.rollback(0)
+    assert (pack_mask(g.allowed_token_mask()) == before).all() and g.num_processed_tokens == 1, (
+        "rollback(0) is a no-op: beware history[-0:], which is the whole list")
     with pytest.raises(ValueError, match="only 0 can be undone"):
         g.rollback(1)
     with pytest.raises(ValueError, match="negative"):
@@ -273,7 +282,8 @@ def test_json_machine_agrees_with_strict_json_loads_on_mutations(value, pos, ch)
 
 
 @pytest.mark.parametrize("bad", ['{"a":1,}', "[1,]", "{}}", "01", "1.", "-", '"\x18"', '{"a"}', "tru", "1e",
-                                 '{1:2}', "[1 2]", '"\\x"', '"\\u12g4"', ""])
+                                 '{1:2}', "[1 2]", '"\\x"', '"\\u12g4"', "", "1e+-5", "1e5e5",
+                                 "1.2.3", "--1"])
 def test_json_rejects(bad):
     assert not JsonMachine().fullmatch(bad), bad
 

@@ -1,0 +1,286 @@
+"""mini_vllm.multimodal: placeholders, the toy encoder, the encoder cache, the doorstep rule, the splice."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mini_vllm.multimodal import (
+    EncoderCacheManager,
+    MultiModalFeature,
+    PlaceholderRange,
+    ToyVisionEncoder,
+    embed_with_images,
+    expand_markers,
+    free_consumed_encoder_inputs,
+    merge_multimodal_embeddings,
+    mm_hash,
+    num_image_tokens,
+    try_schedule_encoder_inputs,
+)
+from mini_vllm.testing.mm_traces import MMArrival, simulate
+
+IMG = 9  # the marker token id in these tests
+
+
+def feat(name, offset, length):
+    return MultiModalFeature(name, PlaceholderRange(offset, length))
+
+
+# --- placeholders ---------------------------------------------------------------------------
+
+
+def test_mm_expansion_two_images():
+    small, big = b"s" * 10, b"b" * 200  # 1 and 4 tokens
+    ids, ranges = expand_markers([1, 2, IMG, 3, IMG, 4], [small, big], IMG)
+    assert ranges == [PlaceholderRange(2, 1), PlaceholderRange(4, 4)], "later offsets must include earlier expansions"
+    assert ids == [1, 2, IMG, 3, IMG, IMG, IMG, IMG, 4]
+    assert len(ids) == 6 - 2 + num_image_tokens(small) + num_image_tokens(big)
+
+
+@pytest.mark.parametrize("n_bytes,tokens", [(0, 1), (63, 1), (64, 2), (127, 2), (128, 3)])
+def test_num_image_tokens_boundaries(n_bytes, tokens):
+    assert num_image_tokens(b"x" * n_bytes) == tokens
+
+
+def test_marker_image_count_mismatch_is_refused():
+    with pytest.raises(ValueError, match="2 image markers but 1 images"):
+        expand_markers([IMG, IMG], [b"a"], IMG)
+    with pytest.raises(ValueError, match="0 image markers but 1 images"):
+        expand_markers([1, 2], [b"a"], IMG)
+
+
+def test_placeholder_range_validates_and_counts_embeds():
+    r = PlaceholderRange(3, 6, is_embed=(True, True, False, True, True, False))
+    assert r.get_num_embeds() == 4 and r.end == 9
+    assert r.num_embeds_in(2, 3) == 0 and r.num_embeds_in(0, 6) == 4
+    with pytest.raises(ValueError, match="length > 0"):
+        PlaceholderRange(0, 0)
+    with pytest.raises(ValueError, match="is_embed has 2 entries"):
+        PlaceholderRange(0, 3, is_embed=(True, False))
+
+
+# --- identity and the toy encoder --------------------------------------------------------------
+
+
+def test_mm_hash_is_content_identity():
+    a = bytes(range(200))
+    assert mm_hash(a) == mm_hash(bytearray(a)) and len(mm_hash(a)) == 64
+    assert mm_hash(a) != mm_hash(a[:-1] + b"\x00"), "one changed byte must change the hash"
+    with pytest.raises(TypeError, match="bytes"):
+        mm_hash("not bytes")
+
+
+def test_toy_encoder_is_deterministic_and_counts_calls():
+    enc = ToyVisionEncoder(hidden_size=4)
+    x, y = enc.encode(b"q" * 100), ToyVisionEncoder(hidden_size=4).encode(b"q" * 100)
+    assert x.shape == (2, 4) and np.array_equal(x, y) and enc.calls == 1
+    assert not np.array_equal(enc.encode(b"r" * 100), x) and enc.calls == 2
+    with pytest.raises(ValueError, match="hidden_size"):
+        ToyVisionEncoder(0)
+
+
+# --- the encoder cache --------------------------------------------------------------------------
+
+
+def test_encoder_cache_shares_by_content():
+    cache, calls = EncoderCacheManager(100), []
+    img1, img2 = b"a" * 64, b"b" * 64  # same length, different bytes
+    for rid, img in [("r1", img1), ("r2", img1), ("r3", img2)]:
+        if not cache.check_and_update_cache(rid, mm_hash(img)):
+            assert cache.can_allocate(2, 10**6)
+            cache.allocate(rid, mm_hash(img), 2)
+            calls.append(rid)
+    assert calls == ["r1", "r3"], "same bytes must hit the cache; different bytes of equal length must not"
+    assert cache.cached[mm_hash(img1)] == {"r1", "r2"} and cache.num_free_slots == 96
+
+
+def test_encoder_cache_evicts_unreferenced():
+    cache = EncoderCacheManager(4)  # holds exactly one 4-embedding image
+    ha, hb = mm_hash(b"A"), mm_hash(b"B")
+    cache.allocate("A", ha, 4)
+    assert not cache.can_allocate(4, 100), "A still references its entry: nothing may be evicted"
+    cache.free("A")
+    assert cache.freeable == {ha: 4} and ha in cache.cached, "finish only de-references; data stays"
+    assert (cache.num_free_slots, cache.num_freeable_slots) == (0, 4)
+    assert cache.can_allocate(4, 100)
+    cache.allocate("B", hb, 4)
+    assert cache.get_freed_mm_hashes() == [ha] and cache.get_freed_mm_hashes() == []
+    assert ha not in cache.cached and cache.cached[hb] == {"B"}
+
+
+def test_encoder_cache_hit_revives_a_freeable_entry_and_evicts_oldest_first():
+    cache = EncoderCacheManager(6)
+    for rid, h in [("r1", "h1"), ("r2", "h2"), ("r3", "h3")]:
+        cache.allocate(rid, h, 2)
+        cache.free(rid)
+    assert list(cache.freeable) == ["h1", "h2", "h3"] and cache.num_freeable_slots == 6
+    assert cache.check_and_update_cache("r4", "h1"), "an unreferenced entry is still a hit"
+    assert "h1" not in cache.freeable and cache.num_freeable_slots == 4
+    assert cache.can_allocate(4, 100)
+    assert cache.freed == ["h2", "h3"], "eviction goes oldest unreferenced first and stops when enough is free"
+
+
+def test_can_allocate_budget_and_space_boundaries():
+    cache = EncoderCacheManager(10)
+    assert cache.can_allocate(5, encoder_compute_budget=5), "a budget exactly equal to the image must suffice"
+    assert not cache.can_allocate(6, encoder_compute_budget=5)
+    assert cache.can_allocate(5, 100, num_embeds_to_schedule=5) and not cache.can_allocate(6, 100, 5)
+
+
+def test_encoder_cache_errors_and_refused_free_leave_state_unchanged():
+    cache = EncoderCacheManager(4)
+    with pytest.raises(ValueError, match="cache_size"):
+        EncoderCacheManager(-1)
+    cache.allocate("r", "h", 3)
+    with pytest.raises(ValueError, match="already cached"):
+        cache.allocate("s", "h", 3)
+    with pytest.raises(ValueError, match="no room"):
+        cache.allocate("s", "g", 2)
+    before = (dict(cache.cached), dict(cache.freeable), cache.num_free_slots, cache.num_freeable_slots)
+    cache.free_encoder_input("stranger", "h")
+    cache.free("nobody")
+    assert (dict(cache.cached), dict(cache.freeable), cache.num_free_slots, cache.num_freeable_slots) == before
+
+
+# --- the doorstep rule --------------------------------------------------------------------------
+
+
+def plan(computed, new, features, budget, cache=None, rid="r", **kw):
+    return try_schedule_encoder_inputs(rid, computed, new, features, budget, cache or EncoderCacheManager(1000), **kw)
+
+
+def test_text_only_chunk_is_unchanged():
+    assert plan(0, 30, [feat("a", 40, 10)], 0) == ([], 30, 0)
+    assert plan(0, 40, [feat("a", 40, 10)], 0) == ([], 40, 0), "an image starting exactly at the chunk end is not entered"
+    assert plan(0, 0, [feat("a", 0, 10)], 0) == ([], 0, 0)
+    assert plan(5, 30, [], 0) == ([], 30, 0)
+
+
+def test_entering_an_image_encodes_it_whole():
+    assert plan(0, 41, [feat("a", 40, 100)], 100) == ([0], 41, 0), "one position in: all 100 embeddings are paid"
+
+
+def test_doorstep_when_budget_or_cache_is_short():
+    assert plan(0, 100, [feat("a", 40, 10)], 9) == ([], 40, 9)
+    assert plan(0, 100, [feat("a", 40, 10)], 100, EncoderCacheManager(9)) == ([], 40, 100)
+    assert plan(45, 100, [feat("a", 40, 10)], 0) == ([], 0, 0), "started past the image without its output: 0 tokens"
+
+
+def test_two_images_one_chunk_and_the_budget_split():
+    two = [feat("a", 10, 20), feat("b", 40, 20)]
+    assert plan(0, 100, two, 40) == ([0, 1], 100, 0)
+    assert plan(0, 100, two, 39) == ([0], 40, 19), "A fits, B does not: the chunk ends at B's offset"
+    assert plan(0, 100, [feat("a", 10, 20), feat("a", 40, 20)], 20) == ([0], 100, 0), "same image twice: one encode"
+
+
+def test_cache_hit_and_mid_placeholder_continuation_are_free():
+    cache = EncoderCacheManager(100)
+    cache.allocate("other", "a", 50)
+    assert plan(0, 100, [feat("a", 10, 50)], 0, cache, rid="r") == ([], 100, 0)
+    assert cache.cached["a"] == {"other", "r"}, "a hit records the new referent"
+    assert plan(30, 100, [feat("a", 10, 50)], 0, cache) == ([], 100, 0)
+    assert plan(60, 10, [feat("a", 10, 50)], 0) == ([], 10, 0), "an image already in the KV cache needs nothing"
+
+
+def test_structural_only_overlap_is_skipped():
+    f = MultiModalFeature("p", PlaceholderRange(10, 4, is_embed=(False, True, True, True)))
+    assert plan(0, 11, [f], 3) == ([], 11, 3), "the chunk only touches a break token: no encode needed"
+    assert plan(0, 11, [f], 2) == ([], 10, 2), "the space/budget check still comes first, as upstream orders it"
+    assert plan(0, 12, [f], 3) == ([0], 12, 0)
+
+
+def test_disable_chunked_mm_input_rolls_back_to_the_doorstep():
+    assert plan(0, 50, [feat("a", 40, 20)], 100, disable_chunked_mm_input=True) == ([], 40, 100)
+    assert plan(0, 60, [feat("a", 40, 20)], 100, disable_chunked_mm_input=True) == ([0], 60, 80)
+
+
+def test_free_consumed_encoder_inputs_only_releases_finished_images():
+    cache = EncoderCacheManager(100)
+    feats = [feat("a", 0, 10), feat("b", 20, 10)]
+    cache.allocate("r", "a", 10)
+    cache.allocate("r", "b", 10)
+    free_consumed_encoder_inputs("r", feats, 25, cache)
+    assert list(cache.freeable) == ["a"] and cache.cached["b"] == {"r"}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    computed=st.integers(0, 120),
+    new=st.integers(0, 120),
+    budget=st.integers(0, 80),
+    layout=st.lists(st.tuples(st.integers(0, 20), st.integers(1, 40)), min_size=0, max_size=3),
+)
+def test_never_computes_a_position_without_its_encoder_output(computed, new, budget, layout):
+    feats, pos = [], 0
+    for gap, length in layout:
+        feats.append(feat(f"i{len(feats)}", pos + gap, length))
+        pos += gap + length
+    to_encode, n, left = plan(computed, new, feats, budget)
+    assert 0 <= n <= new and left == budget - sum(feats[i].mm_position.length for i in to_encode) >= 0
+    for i, f in enumerate(feats):
+        r = f.mm_position
+        touched = n > 0 and r.offset < computed + n and r.end > computed
+        if touched:
+            assert i in to_encode, f"chunk [{computed}, {computed + n}) enters image {i} {r} without encoding it"
+
+
+# --- the splice ---------------------------------------------------------------------------------
+
+
+def test_splice_fills_placeholders_in_order():
+    emb = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+    ids, ranges = expand_markers([5, IMG, 6, IMG], [b"x" * 70, b"y"], IMG)  # 2 + 1 image tokens
+    enc = ToyVisionEncoder(3)
+    outs = [enc.encode(b"x" * 70), enc.encode(b"y")]
+    merged = embed_with_images(ids, emb, ranges, outs)
+    assert np.array_equal(merged[0], emb[5]) and np.array_equal(merged[3], emb[6])
+    assert np.array_equal(merged[[1, 2, 4]], np.concatenate(outs))
+
+
+def test_splice_count_mismatch_raises():
+    emb = np.zeros((8, 2), dtype=np.float32)
+    mask = np.zeros(8, dtype=bool)
+    mask[2:6] = True
+    with pytest.raises(ValueError, match=r"Attempted to assign 3 = 3 multimodal tokens to 4 placeholders"):
+        merge_multimodal_embeddings(emb, mask, [np.ones((3, 2))])
+    ids, ranges = expand_markers([IMG, 1], [b"z" * 64], IMG)  # 2 placeholders
+    with pytest.raises(ValueError, match="1 = 1 multimodal tokens to 2 placeholders"):
+        embed_with_images(ids, np.zeros((16, 2)), ranges, [np.ones((1, 2))])
+    with pytest.raises(ValueError, match="runs past"):
+        embed_with_images([1, 2], np.zeros((16, 2)), [PlaceholderRange(1, 2)], [np.ones((2, 2))])
+
+
+def test_splice_is_in_place_and_casts_dtype():
+    emb = np.zeros((3, 2), dtype=np.float16)
+    out = merge_multimodal_embeddings(emb, np.array([False, True, False]), [np.full((1, 2), 0.5, dtype=np.float64)])
+    assert out is emb and out.dtype == np.float16 and emb[1, 0] == np.float16(0.5)
+    assert merge_multimodal_embeddings(emb, np.zeros(3, bool), []) is emb
+
+
+# --- many steps ---------------------------------------------------------------------------------
+
+
+def three_requests():
+    shared = tuple(range(3, 23))
+    return [
+        MMArrival("A", shared + tuple(range(100, 210)), (feat("imgA", 40, 80),)),
+        MMArrival("B", tuple(range(300, 400)), (feat("imgB", 10, 80),)),
+        MMArrival("C", shared + tuple(range(400, 490)), (feat("imgA", 20, 80),), prefix_hit=16),
+    ]
+
+
+def test_three_request_doorstep_table():
+    steps = simulate(three_requests(), token_budget=256, encoder_budget=100, cache_size=400)
+    assert [s.scheduled for s in steps] == [
+        {"A": (130, (0,)), "B": (10, ()), "C": (94, ())},
+        {"B": (90, (0,))},
+    ], "A pays for imgA, B stops at its doorstep (20 budget left < 80), C hits A's imgA"
+
+
+def test_zero_budget_step_is_delay_not_deadlock():
+    arr = [MMArrival("r", tuple(range(50)), (feat("i", 0, 30),))]
+    with pytest.raises(RuntimeError, match="not finished after 5 steps"):
+        simulate(arr, token_budget=64, encoder_budget=0, cache_size=100, max_steps=5)
+    steps = simulate(arr, token_budget=20, encoder_budget=30, cache_size=30)
+    assert [s.scheduled["r"] for s in steps] == [(20, (0,)), (20, ()), (10, ())]

@@ -22,7 +22,8 @@ def image_token_count(height: int, width: int, patch: int = 14, merge: int = 1) 
     (336 x 336 -> 24 x 24 = 576); ``merge=2`` is the Qwen2-VL family (-> 12 x 12 = 144).
     Raises ``ValueError`` for a non-positive size, patch or merge."""
     raise NotImplementedError(
-        'image_token_count: validate the inputs, then per side ceil(side / patch) patches and ceil(patches / merge) tokens; multiply rows by cols (-(-a // b) is a ceiling division)'
+        'image_token_count: validate the inputs, then per side ceil(side / patch) patches and ceil(patches / '
+        'merge) tokens; multiply rows by cols (-(-a // b) is a ceiling division)'
     )
 
 
@@ -39,7 +40,9 @@ def expand_prompt(
     image, in prompt order, with offsets into the *expanded* ids. Raises ``ValueError`` when the
     number of markers differs from the number of counts, or a count is not positive."""
     raise NotImplementedError(
-        'expand_prompt: count the markers and compare with len(image_token_counts); walk the ids, copying text and appending n placeholder ids per marker, recording PlaceholderRange(offset=len(ids so far), length=n) before you append'
+        'expand_prompt: count the markers and compare with len(image_token_counts); walk the ids, copying '
+        'text and appending n placeholder ids per marker, recording PlaceholderRange(offset=len(ids so far), '
+        'length=n) before you append'
     )
 
 

@@ -33,7 +33,10 @@ def plan_chunk(
     tokens) and look at no later image. Raises ``ValueError`` for negative numbers or
     placeholders that are out of order or overlap."""
     raise NotImplementedError(
-        'plan_chunk: validate, return (0, []) for num_new == 0, then walk the placeholders in order: break at one starting at or past num_computed + num_new; skip one already computed or in cached; if its length exceeds the budget left, return (max(0, offset - num_computed), what you scheduled so far); else subtract its length and schedule its index'
+        'plan_chunk: validate, return (0, []) for num_new == 0, then walk the placeholders in order: break at'
+        ' one starting at or past num_computed + num_new; skip one already computed or in cached; if its '
+        'length exceeds the budget left, return (max(0, offset - num_computed), what you scheduled so far); '
+        'else subtract its length and schedule its index'
     )
 
 

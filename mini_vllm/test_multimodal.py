@@ -153,6 +153,13 @@ def plan(computed, new, features, budget, cache=None, rid="r", **kw):
 def test_text_only_chunk_is_unchanged():
     assert plan(0, 30, [feat("a", 40, 10)], 0) == ([], 30, 0)
     assert plan(0, 40, [feat("a", 40, 10)], 0) == ([], 40, 0), "an image starting exactly at the chunk end is not entered"
+    cache = EncoderCacheManager(100)
+    cache.allocate("other", "a", 10)
+    assert plan(0, 40, [feat("a", 40, 10)], 100, cache) == ([], 40, 100)
+    assert cache.cached["a"] == {"other"}, (
+        "an image starting exactly at the chunk end is outside the chunk: stop (offset >= end) before the cache "
+        "lookup, or the request holds a reference (and can_allocate may evict) for an image it has not reached"
+    )
     assert plan(0, 0, [feat("a", 0, 10)], 0) == ([], 0, 0)
     assert plan(5, 30, [], 0) == ([], 30, 0)
 
@@ -172,6 +179,10 @@ def test_two_images_one_chunk_and_the_budget_split():
     assert plan(0, 100, two, 40) == ([0, 1], 100, 0)
     assert plan(0, 100, two, 39) == ([0], 40, 19), "A fits, B does not: the chunk ends at B's offset"
     assert plan(0, 100, [feat("a", 10, 20), feat("a", 40, 20)], 20) == ([0], 100, 0), "same image twice: one encode"
+    assert plan(0, 200, [feat("a", 0, 60), feat("b", 80, 60)], 200, EncoderCacheManager(100)) == ([0], 80, 140), (
+        "A's 60 embeddings are promised this step, so B's 60 do not fit a 100-slot cache: "
+        "pass num_embeds_to_schedule (the running total) to can_allocate"
+    )
 
 
 def test_cache_hit_and_mid_placeholder_continuation_are_free():
@@ -193,6 +204,9 @@ def test_structural_only_overlap_is_skipped():
 def test_disable_chunked_mm_input_rolls_back_to_the_doorstep():
     assert plan(0, 50, [feat("a", 40, 20)], 100, disable_chunked_mm_input=True) == ([], 40, 100)
     assert plan(0, 60, [feat("a", 40, 20)], 100, disable_chunked_mm_input=True) == ([0], 60, 80)
+    assert plan(40, 10, [feat("a", 40, 20)], 100, disable_chunked_mm_input=True) == ([0], 10, 80), (
+        "a chunk that starts at the image's first position is not rolled back (upstream: computed < start_pos)"
+    )
 
 
 def test_free_consumed_encoder_inputs_only_releases_finished_images():
@@ -202,6 +216,8 @@ def test_free_consumed_encoder_inputs_only_releases_finished_images():
     cache.allocate("r", "b", 10)
     free_consumed_encoder_inputs("r", feats, 25, cache)
     assert list(cache.freeable) == ["a"] and cache.cached["b"] == {"r"}
+    free_consumed_encoder_inputs("r", feats, 30, cache)
+    assert list(cache.freeable) == ["a", "b"], "an image whose last position is computed (end <= computed) is released"
 
 
 @settings(max_examples=80, deadline=None)

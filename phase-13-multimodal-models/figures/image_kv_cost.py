@@ -54,8 +54,8 @@ def main() -> None:
     blocks = n * LAB01.kv_blocks_needed(per)
     gib = blocks * BLOCK * KV_BYTES_PER_TOKEN / 2**30
     img_gib = n * LAB01.kv_blocks_needed(llava) * BLOCK * KV_BYTES_PER_TOKEN / 2**30
-    print(f"{n} prompts x {per} tokens (one LLaVA image each): {blocks} blocks = {gib:.2f} GiB of KV"
-          f" = {100 * gib / 8:.0f}% of an 8 GiB KV budget; the images alone {img_gib:.2f} GiB = {100 * img_gib / 8:.0f}%")
+    print(f"{n} prompts x {per} tokens (one LLaVA image each): {blocks} blocks = {gib:.2f} GiB of KV")
+    print(f"  = {100 * gib / 8:.0f}% of an 8 GiB KV budget; the images alone {img_gib:.2f} GiB = {100 * img_gib / 8:.0f}%")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: help venv upstream upstream-deps test test-strict serve book grade citations outputs \
-        outputs-check check-labs check lint clean browser-test gpu gpu-check engine test-engine
+        outputs-check check-labs check lint clean browser-test gpu gpu-check engine test-engine test-slow
 
 help: ## list the targets
 	@echo "vLLM Mastery — make targets"
@@ -97,6 +97,9 @@ $(TINY_MODEL)/model.safetensors: $(ENGINE_STAMP) course/runtime/tiny_model.py
 
 test-engine: engine $(STAMP) upstream ## tier 2 tests (marked engine): the real engine on the tiny model, strict
 	COURSE_ENGINE=1 COURSE_STRICT=1 COURSE_ENGINE_VENV=$(abspath $(ENGINE_VENV)) $(PY) -m pytest -m engine $(PYTEST_ARGS)
+
+test-slow: $(STAMP) upstream ## the slow checks (marked slow): multi-process groups, the real vLLM's kernels at size, strict
+	COURSE_SLOW=1 COURSE_STRICT=1 $(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 serve: $(STAMP) ## build the website and serve it on http://127.0.0.1:3000 (PORT=N to change)
 	@$(PY) -m course book --serve --port $(PORT)

@@ -4,7 +4,9 @@
   under ``TRITON_INTERPRET=1`` when there is no GPU), ``upstream`` (drives the real vLLM 0.22.1
   Python classes, or reads the pinned ``upstream/`` tree: skipped with a reason when absent),
   ``engine`` (tier 2: the whole engine in the ``.venv-engine`` that ``make engine`` builds;
-  deselected, not skipped, unless ``COURSE_ENGINE=1`` or ``-m engine`` asks for it).
+  deselected, not skipped, unless ``COURSE_ENGINE=1`` or ``-m engine`` asks for it), and ``slow``
+  (multi-process groups and the real vLLM's kernels at size: deselected unless ``COURSE_SLOW=1``
+  or ``-m slow``; ``make test-slow`` runs them, and CI runs them as a stage of their own).
 * Strict mode (``COURSE_STRICT=1``, set by CI): any skip other than a ``gpu`` skip fails the run,
   so a missing dependency can never look like a pass.
 * ``LAB_IMPL`` is validated once, up front, so a typo fails loudly instead of grading the wrong file.
@@ -77,12 +79,27 @@ def _guard_header(config) -> list[str]:
 # --- end of the hangs-and-crashes section -----------------------------------------------------
 
 
-def _engine_wanted(config) -> bool:
-    """Tier-2 tests run when asked for: ``COURSE_ENGINE=1`` (make test-engine) or a ``-m`` naming them."""
-    if os.environ.get("COURSE_ENGINE", "") not in ("", "0", "false", "False"):
+# Markers whose tests run only when asked for: deselected (not skipped) otherwise, so the default
+# suite stays within its time budget and strict mode never sees them as skips.
+ON_DEMAND = {
+    "engine": "COURSE_ENGINE",  # tier 2: the whole engine in .venv-engine (make test-engine)
+    "slow": "COURSE_SLOW",  # multi-process groups, the real vLLM's kernels at size (make test-slow)
+}
+
+
+SLOW_TIMEOUT_S = 300
+
+
+def _wanted(config, marker: str) -> bool:
+    """``marker`` tests run when its env var is set (``make test-engine`` / ``make test-slow``) or ``-m`` names it."""
+    if os.environ.get(ON_DEMAND[marker], "") not in ("", "0", "false", "False"):
         return True
     expr = config.getoption("markexpr", "") or ""
-    return "engine" in expr and "not engine" not in expr
+    return marker in expr and f"not {marker}" not in expr
+
+
+def _engine_wanted(config) -> bool:
+    return _wanted(config, "engine")
 
 
 def pytest_report_header(config):
@@ -90,19 +107,27 @@ def pytest_report_header(config):
     header = (
         f"course: LAB_IMPL={current_impl()}  CUDA={'yes' if HAS_CUDA else 'no'}  "
         f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}  "
-        f"engine tests={'on' if _engine_wanted(config) else 'off (make test-engine)'}  mode={mode}"
+        f"engine tests={'on' if _engine_wanted(config) else 'off (make test-engine)'}  "
+        f"slow tests={'on' if _wanted(config, 'slow') else 'off (make test-slow)'}  mode={mode}"
     )
     return [header, *_guard_header(config)]
 
 
 def pytest_collection_modifyitems(config, items):
-    if not _engine_wanted(config):
-        # Deselected, not skipped: a plain `make test` never needs the 4.6 GB engine venv.
-        dropped = [item for item in items if item.get_closest_marker("engine")]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if not item.get_closest_marker("engine")]
-    else:
+    for marker in ON_DEMAND:
+        if not _wanted(config, marker):
+            # Deselected, not skipped: a plain `make test` never needs the 4.6 GB engine venv, nor
+            # the minutes the slow checks take on 2 cores (CI runs both as stages of their own).
+            dropped = [item for item in items if item.get_closest_marker(marker)]
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = [item for item in items if not item.get_closest_marker(marker)]
+    if _wanted(config, "slow"):
+        for item in items:
+            if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+                # A cold vLLM import plus a process group can take a minute on 2 busy cores.
+                item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+    if _engine_wanted(config):
         from course.runtime import engine
 
         missing = engine.missing_reason()

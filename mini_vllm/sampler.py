@@ -1,35 +1,80 @@
 """Pick the next token for every row of a batch of logits.
 
-Mirrors ``vllm/v1/sample/sampler.py`` (``Sampler``) plus the top-k/top-p masking of
-``vllm/v1/sample/ops/topk_topp_sampler.py`` (``apply_top_k_top_p``), in numpy, one batch per
-engine step. The order is upstream's: temperature → top-k → top-p → softmax → one draw per row
-from that row's own generator. Left out: logprobs, penalties, min-p, logits processors, and the
-exponential-race trick upstream uses to draw on the GPU without a sync (here each row draws one
-uniform number ``u`` from its generator and takes the first token whose cumulative probability
-exceeds ``u``: exactly what ``Generator.choice(p=...)`` does, so the tokens are the same).
+Mirrors ``vllm/v1/sample/sampler.py`` (``Sampler``), the ops under ``vllm/v1/sample/ops/``
+(``apply_bad_words``, ``apply_all_penalties``, ``apply_top_k_top_p``) and the built-in logits
+processors of ``vllm/v1/sample/logits_processor/builtin.py`` (min-tokens, logit bias, min-p), in
+numpy, one batch per engine step. The order is upstream's, stage by stage::
 
-The arithmetic, row by row (``V`` = vocab size)::
+    raw logprobs   log_softmax of the logits as they came in (only if some row asks for logprobs)
+    allowed ids    every id outside a row's allowed_token_ids -> -inf
+    bad words      a banned sequence whose prefix ends the output so far: its last id -> -inf
+    min-tokens     below min_tokens outputs: the stop ids -> -inf          (built-in, changes argmax)
+    logit bias     logits[row, id] += bias                                  (built-in, changes argmax)
+    custom procs   non-argmax-invariant ones, in the order given
+    penalties      repetition (prompt or output), then frequency (output counts), then presence
+    greedy rows    argmax here, lowest id on ties; they touch no generator and stop here
+    temperature    x = logits / T                  # overflow (past 1.8e308) -> (logits - max) / T
+    min-p          prob < min_p * max prob -> -inf                          (built-in, argmax-invariant)
+    custom procs   argmax-invariant ones
+    top-k, top-p   see below, then one draw per row from that row's own generator
 
-    x      = logits / temperature          # overflow (|x| past 1.8e308) → (logits - max) / temperature
+Top-k and top-p, row by row (``V`` = vocab size)::
+
     top-k  : kth = k-th largest x (partial selection); keep x >= kth       # ties at kth are kept
     e      = exp(x - max x) on the survivors, 0 elsewhere  # the one exponential, shared below
-    top-p  : rank the survivors by e (stable: ties → lowest id), keep the shortest prefix whose
+    top-p  : rank the survivors by e (stable: ties -> lowest id), keep the shortest prefix whose
              cumulative probability reaches p (the crossing token included; an exact hit stops there)
     draw   : cdf = cumsum(e_kept / sum e_kept) in id order, normalised; token = first id with cdf > u
 
 When top-k leaves exactly k tokens (the usual case) every step after the selection works on those
 k columns only; a normaliser is still summed over the whole row (zeros included), so each
-probability is bit-for-bit the one a full-row softmax gives. Greedy rows (temperature below
-``SAMPLING_EPS``) take the argmax, lowest index on ties, and touch no generator.
+probability is bit-for-bit the one a full-row softmax gives. The draw: each row takes one uniform
+number ``u`` from its own generator and the first token whose cumulative probability exceeds
+``u`` (what ``Generator.choice(p=...)`` does). Upstream instead divides the probabilities by
+exponential noise and takes the argmax (the exponential race), to draw on the GPU without a sync;
+both draw from the same distribution, not the same tokens. A stage whose knob no row uses is
+skipped, so a batch that uses none of them gets bit-for-bit the tokens of the sampler before
+penalties existed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from .sampling_params import SamplingParams
+
+
+class LogitsProcessor(Protocol):
+    """The hook (upstream: ``vllm/v1/sample/logits_processor/interface.py``): edit a batch of
+    logits (B, V) and return it. ``is_argmax_invariant`` says whether it can change a greedy
+    row's argmax; if it cannot, the sampler applies it to the random rows only, after temperature."""
+
+    def apply(self, logits: np.ndarray) -> np.ndarray: ...
+
+    def is_argmax_invariant(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Logprobs:
+    """One row's logprobs: the sampled token first, then the ``n`` most likely (``logprobs=n``),
+    each from the raw logits (before any penalty or temperature, upstream's default
+    ``raw_logprobs`` mode). ``rank`` is the sampled token's 1-based rank (ties share the worst)."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    rank: int
+
+
+@dataclass(frozen=True)
+class SamplerOutput:
+    """What ``Sampler.forward`` returns: one token per row, and that row's logprobs (or None)."""
+
+    sampled_token_ids: list[int]
+    logprobs: list[Logprobs | None]
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -37,6 +82,104 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits - np.max(logits, axis=-1, keepdims=True)
     exp = np.exp(shifted)
     return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Stable log-softmax along the last axis (upstream: ``Sampler.compute_logprobs``)."""
+    shifted = logits - np.max(logits, axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def apply_allowed_token_ids(logits: np.ndarray, allowed: Sequence[Sequence[int] | None]) -> np.ndarray:
+    """In place: for each row with an allowed list, every other id -> -inf (upstream fills the
+    batch's ``allowed_token_ids_mask`` the same way)."""
+    for i, ids in enumerate(allowed):
+        if ids is not None:
+            banned = np.ones(logits.shape[1], dtype=bool)
+            banned[list(ids)] = False
+            logits[i, banned] = -np.inf
+    return logits
+
+
+def apply_bad_words(
+    logits: np.ndarray, bad_words: dict[int, Sequence[Sequence[int]]], past_tokens: Sequence[Sequence[int]]
+) -> np.ndarray:
+    """In place: a bad word ``w`` bans its last id in row ``i`` when the row's output so far ends
+    with ``w[:-1]`` (a one-token word is banned always). Only the output counts, not the prompt,
+    as upstream's ``apply_bad_words``."""
+    for i, words in bad_words.items():
+        past = list(past_tokens[i])
+        for word in words:
+            prefix = list(word[:-1])
+            if len(prefix) <= len(past) and (not prefix or past[len(past) - len(prefix):] == prefix):
+                logits[i, word[-1]] = -np.inf
+    return logits
+
+
+def apply_min_tokens(logits: np.ndarray, rows: Sequence[int], stop_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    """In place: rows that have not yet produced ``min_tokens`` outputs cannot stop:
+    their stop ids (EOS included unless ``ignore_eos``) -> -inf (upstream: ``MinTokensLogitsProcessor``)."""
+    for i, ids in zip(rows, stop_ids):
+        logits[i, list(ids)] = -np.inf
+    return logits
+
+
+def apply_logit_bias(logits: np.ndarray, biases: dict[int, Sequence[tuple[int, float]]]) -> np.ndarray:
+    """In place: ``logits[row, id] += bias`` (upstream: ``LogitBiasLogitsProcessor``)."""
+    for i, pairs in biases.items():
+        ids = [t for t, _ in pairs]
+        logits[i, ids] += np.array([b for _, b in pairs])
+    return logits
+
+
+def token_counts(token_ids: Sequence[Sequence[int]], vocab: int) -> np.ndarray:
+    """(B, V) int counts of each id in each row's list (upstream: ``get_token_bin_counts_and_mask``)."""
+    counts = np.zeros((len(token_ids), vocab), dtype=np.int64)
+    for i, ids in enumerate(token_ids):
+        if len(ids):
+            np.add.at(counts[i], np.asarray(ids, dtype=np.int64), 1)
+    return counts
+
+
+def apply_penalties(
+    logits: np.ndarray,
+    prompt_mask: np.ndarray,
+    output_counts: np.ndarray,
+    presence: np.ndarray,
+    frequency: np.ndarray,
+    repetition: np.ndarray,
+) -> np.ndarray:
+    """In place, upstream's order (``apply_all_penalties``):
+
+    1. repetition ``r`` on every id seen in the prompt or the output: a positive logit is
+       multiplied by ``1/r``, a zero or negative one by ``r`` (so ``r > 1`` always pushes down);
+    2. frequency ``f``: ``logit -= f * count in the output``;
+    3. presence ``p``: ``logit -= p`` once for any id in the output.
+    """
+    seen = prompt_mask | (output_counts > 0)
+    r = np.where(seen, repetition[:, None], 1.0)
+    logits *= np.where(logits > 0, 1.0 / r, r)
+    logits -= frequency[:, None] * output_counts
+    logits -= presence[:, None] * (output_counts > 0)
+    return logits
+
+
+def apply_min_p(x: np.ndarray, min_p: np.ndarray) -> np.ndarray:
+    """In place: with probabilities ``softmax(x)``, every id whose probability is below
+    ``min_p * max probability`` -> -inf (upstream: ``MinPLogitsProcessor``, after temperature).
+    The most likely id always survives; ``min_p = 0`` masks nothing."""
+    probs = softmax(x)
+    x[probs < min_p[:, None] * probs.max(axis=1, keepdims=True)] = -np.inf
+    return x
+
+
+def gather_logprobs(logprobs: np.ndarray, num: int, token_id: int) -> Logprobs:
+    """One row: the sampled token's logprob and rank, then the ``num`` largest (ties: lowest id)."""
+    order = np.argsort(-logprobs, kind="stable")[:num]
+    rank = int((logprobs >= logprobs[token_id]).sum())
+    ids = (int(token_id), *(int(t) for t in order))
+    return Logprobs(ids, tuple(float(logprobs[t]) for t in ids), rank)
 
 
 def _check_logits(logits: object) -> np.ndarray:
@@ -97,7 +240,25 @@ def apply_top_k_top_p(x: np.ndarray, k: np.ndarray, p: np.ndarray) -> np.ndarray
 
 
 class Sampler:
-    """Greedy below ``SAMPLING_EPS``, else temperature → top-k → top-p → one seeded draw per row."""
+    """The batched pipeline of the module docstring: processors, penalties, greedy or
+    temperature -> min-p -> top-k -> top-p -> one seeded draw per row.
+
+    ``eos_token_id`` joins each row's stop ids for min-tokens (unless the row sets
+    ``ignore_eos``), as upstream's ``all_stop_token_ids``. ``logits_processors``: custom hooks,
+    applied after the built-ins of their kind.
+    """
+
+    def __init__(
+        self, eos_token_id: int | None = None, logits_processors: Sequence[LogitsProcessor] = ()
+    ) -> None:
+        if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)
+                                         or eos_token_id < 0):
+            raise ValueError(f"eos_token_id must be a non-negative int or None, got {eos_token_id!r}")
+        for proc in logits_processors:
+            if not callable(getattr(proc, "apply", None)) or not callable(getattr(proc, "is_argmax_invariant", None)):
+                raise TypeError(f"a logits processor needs apply() and is_argmax_invariant(), got {proc!r}")
+        self.eos_token_id = eos_token_id
+        self.logits_processors = tuple(logits_processors)
 
     def sample(
         self,
@@ -116,12 +277,27 @@ class Sampler:
         logits: np.ndarray,
         params: Sequence[SamplingParams],
         generators: Sequence[np.random.Generator | None],
+        output_token_ids: Sequence[Sequence[int]] | None = None,
+        prompt_token_ids: Sequence[Sequence[int]] | None = None,
     ) -> list[int]:
         """One token per row of ``logits`` (B, V); row ``i`` uses ``params[i]`` and ``generators[i]``.
 
         A generator is the request's own RNG (the engine keeps one per request so runs are
         reproducible); ``None`` means a fresh ``np.random.default_rng(params[i].seed)``.
+        ``output_token_ids`` / ``prompt_token_ids``: each row's history, which penalties, bad
+        words and min-tokens read (None: empty).
         """
+        return self.forward(logits, params, generators, output_token_ids, prompt_token_ids).sampled_token_ids
+
+    def forward(
+        self,
+        logits: np.ndarray,
+        params: Sequence[SamplingParams],
+        generators: Sequence[np.random.Generator | None],
+        output_token_ids: Sequence[Sequence[int]] | None = None,
+        prompt_token_ids: Sequence[Sequence[int]] | None = None,
+    ) -> SamplerOutput:
+        """``sample_batch`` plus each row's logprobs (upstream: ``Sampler.forward``)."""
         for sp in params:
             if not isinstance(sp, SamplingParams):
                 raise TypeError(f"params must be SamplingParams, got {type(sp).__name__}")
@@ -129,22 +305,103 @@ class Sampler:
             if g is not None and not isinstance(g, np.random.Generator):
                 raise TypeError(f"generator must be a numpy Generator, got {type(g).__name__}")
         arr = _check_logits(logits)
-        if not len(params) == len(generators) == arr.shape[0]:
+        num_rows, vocab = arr.shape
+        if not len(params) == len(generators) == num_rows:
             raise ValueError(
-                f"{arr.shape[0]} rows of logits but {len(params)} params and {len(generators)} generators"
+                f"{num_rows} rows of logits but {len(params)} params and {len(generators)} generators"
             )
+        outputs = self._history(output_token_ids, num_rows, vocab, "output_token_ids")
+        prompts = self._history(prompt_token_ids, num_rows, vocab, "prompt_token_ids")
+        params = list(params)
+        raw = log_softmax(arr) if any(sp.logprobs is not None for sp in params) else None
+        arr = self.apply_logits_processors(arr, params, outputs, prompts)
+
         out = np.argmax(arr, axis=1)  # greedy rows keep this: lowest index wins ties
         rows = [i for i, sp in enumerate(params) if not sp.is_greedy]
-        if len(rows) == len(params):
-            return self._random_sample(arr, list(params), list(generators)).tolist()
-        if rows:
+        if len(rows) == num_rows:
+            out = self._random_sample(arr, params, list(generators))
+        elif rows:
             out[rows] = self._random_sample(
                 arr[rows], [params[i] for i in rows], [generators[i] for i in rows]
             )
-        return out.tolist()
+        tokens = out.tolist()
+        logprobs = [
+            None if sp.logprobs is None else gather_logprobs(raw[i], sp.logprobs, tokens[i])
+            for i, sp in enumerate(params)
+        ]
+        return SamplerOutput(tokens, logprobs)
 
     @staticmethod
+    def _history(
+        token_ids: Sequence[Sequence[int]] | None, num_rows: int, vocab: int, name: str
+    ) -> list[list[int]]:
+        if token_ids is None:
+            return [[] for _ in range(num_rows)]
+        rows = [list(ids) for ids in token_ids]
+        if len(rows) != num_rows:
+            raise ValueError(f"{name} has {len(rows)} rows for {num_rows} rows of logits")
+        for ids in rows:
+            for t in ids:
+                if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < vocab:
+                    raise ValueError(f"{name} must hold token ids in [0, {vocab}), got {t!r}")
+        return rows
+
+    def apply_logits_processors(
+        self,
+        logits: np.ndarray,
+        params: list[SamplingParams],
+        outputs: list[list[int]],
+        prompts: list[list[int]],
+    ) -> np.ndarray:
+        """Every stage before the greedy/random split, in upstream's order; edits ``logits``
+        (float64, which ``forward`` already copied) in place and returns it."""
+        vocab = logits.shape[1]
+        for i, sp in enumerate(params):
+            ids = [*(sp.allowed_token_ids or ()), *(t for t, _ in sp.logit_bias or ())]
+            ids += [t for w in sp.bad_words_token_ids for t in w]
+            if sp.min_tokens:
+                ids += self._stop_ids(sp)
+            bad = [t for t in ids if t >= vocab]
+            if bad:
+                raise ValueError(f"row {i}: token id {bad[0]} in its sampling params is outside the vocab ({vocab})")
+        if any(sp.allowed_token_ids is not None for sp in params):
+            apply_allowed_token_ids(logits, [sp.allowed_token_ids for sp in params])
+        bad_words = {i: sp.bad_words_token_ids for i, sp in enumerate(params) if sp.bad_words_token_ids}
+        if bad_words:
+            apply_bad_words(logits, bad_words, outputs)
+        min_tok = [i for i, sp in enumerate(params) if len(outputs[i]) < sp.min_tokens]
+        if min_tok:
+            apply_min_tokens(logits, min_tok, [self._stop_ids(params[i]) for i in min_tok])
+        biases = {i: sp.logit_bias for i, sp in enumerate(params) if sp.logit_bias}
+        if biases:
+            apply_logit_bias(logits, biases)
+        for proc in self.logits_processors:
+            if not proc.is_argmax_invariant():
+                logits = np.asarray(proc.apply(logits), dtype=np.float64)
+        if any(
+            sp.presence_penalty or sp.frequency_penalty or sp.repetition_penalty != 1.0 for sp in params
+        ):
+            apply_penalties(
+                logits,
+                token_counts(prompts, vocab) > 0,
+                token_counts(outputs, vocab),
+                np.array([sp.presence_penalty for sp in params]),
+                np.array([sp.frequency_penalty for sp in params]),
+                np.array([sp.repetition_penalty for sp in params]),
+            )
+        dead = np.flatnonzero(np.isneginf(logits.max(axis=1)))
+        if dead.size:
+            raise ValueError(f"row {dead[0]}: every token is banned (allowed ids, bad words, min-tokens)")
+        if np.isnan(logits).any() or np.isposinf(logits).any():
+            raise ValueError("a logits processor produced NaN or +inf")
+        return logits
+
+    def _stop_ids(self, sp: SamplingParams) -> list[int]:
+        eos = [] if sp.ignore_eos or self.eos_token_id is None else [self.eos_token_id]
+        return [*eos, *sp.stop_token_ids]
+
     def _random_sample(
+        self,
         logits: np.ndarray,
         params: list[SamplingParams],
         generators: list[np.random.Generator | None],
@@ -168,6 +425,13 @@ class Sampler:
                 sub = logits[overflow]
                 x[overflow] = (sub - sub.max(axis=1, keepdims=True)) / temperature[overflow, None]
                 row_max[overflow] = 0.0
+        min_p = np.array([sp.min_p for sp in params])
+        if (min_p > 0).any():
+            apply_min_p(x, min_p)
+        for proc in self.logits_processors:
+            if proc.is_argmax_invariant():
+                x = np.asarray(proc.apply(x), dtype=np.float64)
+                row_max = x.max(axis=1)
         tokens = np.empty(num_rows, dtype=np.int64)
         done = np.zeros(num_rows, dtype=bool)
 

@@ -2,14 +2,19 @@
 
 Mirrors ``vllm/sampling_params.py`` (``SamplingParams``) and keeps only the knobs the mini
 engine implements: ``max_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``,
-``ignore_eos`` and ``stop_token_ids``. Left out: ``n``/``best_of``, penalties, ``min_p``,
-``min_tokens``, logprobs, stop strings, structured output, logits processors.
+``ignore_eos`` and ``stop_token_ids``, plus the sampler's knobs (Phase 09): ``min_p``,
+``presence_penalty``, ``frequency_penalty``, ``repetition_penalty``, ``logit_bias``,
+``min_tokens``, ``allowed_token_ids``, ``bad_words_token_ids`` and ``logprobs``. Left out:
+``n``/``best_of``, stop strings, structured output, custom logits processors.
 
 Differences from upstream, on purpose:
 
 * the object is frozen — params are checked once and can never drift afterwards;
 * ``top_k <= 0`` (not only ``0``/``-1``) means "disabled";
-* ``max_tokens`` is required to be an int ``>= 1`` (upstream allows ``None`` = "until max_model_len").
+* ``max_tokens`` is required to be an int ``>= 1`` (upstream allows ``None`` = "until max_model_len");
+* bad words are given as token-id sequences (upstream takes strings and tokenizes them into
+  ``_bad_words_token_ids``); ``logit_bias`` is stored as a sorted tuple of ``(token_id, bias)``
+  pairs so the frozen object stays hashable; ``logprobs=-1`` (the whole vocabulary) is not offered.
 """
 
 from __future__ import annotations
@@ -37,6 +42,15 @@ class SamplingParams:
     seed: int | None = None
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = field(default=())
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] | None = None
+    min_tokens: int = 0
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words_token_ids: tuple[tuple[int, ...], ...] = field(default=())
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens):
@@ -66,12 +80,79 @@ class SamplingParams:
             if not _is_int(tok) or tok < 0:
                 raise ValueError(f"stop_token_ids must hold non-negative ints, got {tok!r}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in stops))
+        self._check_sampler_knobs()
         object.__setattr__(self, "max_tokens", int(self.max_tokens))
         object.__setattr__(self, "top_k", int(self.top_k))
         if self.seed is not None:
             object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_p", float(self.top_p))
+
+    def _check_sampler_knobs(self) -> None:
+        for name, lo, hi in (
+            ("min_p", 0.0, 1.0),
+            ("presence_penalty", -2.0, 2.0),
+            ("frequency_penalty", -2.0, 2.0),
+        ):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError(f"{name} must be a float, got {v!r}")
+            if not (lo <= v <= hi):  # also rejects NaN
+                raise ValueError(f"{name} must be in [{lo:g}, {hi:g}], got {v}")
+            object.__setattr__(self, name, float(v))
+        rp = self.repetition_penalty
+        if isinstance(rp, bool) or not isinstance(rp, numbers.Real):
+            raise TypeError(f"repetition_penalty must be a float, got {rp!r}")
+        if not (math.isfinite(rp) and rp > 0):
+            raise ValueError(f"repetition_penalty must be a finite number > 0, got {rp}")
+        object.__setattr__(self, "repetition_penalty", float(rp))
+        if not _is_int(self.min_tokens):
+            raise TypeError(f"min_tokens must be an int, got {self.min_tokens!r}")
+        if not (0 <= self.min_tokens <= self.max_tokens):
+            raise ValueError(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
+        object.__setattr__(self, "min_tokens", int(self.min_tokens))
+        if self.logprobs is not None:
+            if not _is_int(self.logprobs):
+                raise TypeError(f"logprobs must be an int or None, got {self.logprobs!r}")
+            if self.logprobs < 0:
+                raise ValueError(f"logprobs must be >= 0 (or None), got {self.logprobs}")
+            object.__setattr__(self, "logprobs", int(self.logprobs))
+        if self.logit_bias is not None:
+            items = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
+            pairs: dict[int, float] = {}
+            for pair in items:
+                if not isinstance(pair, tuple) or len(pair) != 2:
+                    raise TypeError(f"logit_bias must map token ids to floats, got entry {pair!r}")
+                tok, bias = pair
+                if not _is_int(tok) or tok < 0:
+                    raise ValueError(f"logit_bias keys must be non-negative token ids, got {tok!r}")
+                if isinstance(bias, bool) or not isinstance(bias, numbers.Real) or not math.isfinite(bias):
+                    raise ValueError(f"logit_bias values must be finite floats, got {bias!r} for token {tok}")
+                pairs[int(tok)] = float(bias)
+            object.__setattr__(self, "logit_bias", tuple(sorted(pairs.items())) or None)
+        if self.allowed_token_ids is not None:
+            ids = self.allowed_token_ids
+            if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+                raise TypeError(f"allowed_token_ids must be a sequence of ints, got {ids!r}")
+            ids = tuple(ids)
+            if not ids:
+                raise ValueError("allowed_token_ids must not be empty (it would ban every token)")
+            for tok in ids:
+                if not _is_int(tok) or tok < 0:
+                    raise ValueError(f"allowed_token_ids must hold non-negative ints, got {tok!r}")
+            object.__setattr__(self, "allowed_token_ids", tuple(int(t) for t in ids))
+        words = self.bad_words_token_ids
+        if isinstance(words, (str, bytes)) or not hasattr(words, "__iter__"):
+            raise TypeError(f"bad_words_token_ids must be a sequence of token-id sequences, got {words!r}")
+        clean = []
+        for word in words:
+            if isinstance(word, (str, bytes)) or not hasattr(word, "__iter__"):
+                raise TypeError(f"each bad word must be a sequence of token ids, got {word!r}")
+            word = tuple(word)
+            if not word or any(not _is_int(t) or t < 0 for t in word):
+                raise ValueError(f"each bad word must be a non-empty sequence of non-negative ints, got {word!r}")
+            clean.append(tuple(int(t) for t in word))
+        object.__setattr__(self, "bad_words_token_ids", tuple(clean))
 
     @property
     def is_greedy(self) -> bool:

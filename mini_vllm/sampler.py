@@ -112,12 +112,14 @@ def apply_bad_words(
         past = list(past_tokens[i])
         for word in words:
             prefix = list(word[:-1])
-            if len(prefix) <= len(past) and (not prefix or past[len(past) - len(prefix):] == prefix):
+            if len(prefix) <= len(past) and (not prefix or past[len(past) - len(prefix) :] == prefix):
                 logits[i, word[-1]] = -np.inf
     return logits
 
 
-def apply_min_tokens(logits: np.ndarray, rows: Sequence[int], stop_ids: Sequence[Sequence[int]]) -> np.ndarray:
+def apply_min_tokens(
+    logits: np.ndarray, rows: Sequence[int], stop_ids: Sequence[Sequence[int]]
+) -> np.ndarray:
     """In place: rows that have not yet produced ``min_tokens`` outputs cannot stop:
     their stop ids (EOS included unless ``ignore_eos``) -> -inf (upstream: ``MinTokensLogitsProcessor``)."""
     for i, ids in zip(rows, stop_ids):
@@ -251,11 +253,14 @@ class Sampler:
     def __init__(
         self, eos_token_id: int | None = None, logits_processors: Sequence[LogitsProcessor] = ()
     ) -> None:
-        if eos_token_id is not None and (isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int)
-                                         or eos_token_id < 0):
+        if eos_token_id is not None and (
+            isinstance(eos_token_id, bool) or not isinstance(eos_token_id, int) or eos_token_id < 0
+        ):
             raise ValueError(f"eos_token_id must be a non-negative int or None, got {eos_token_id!r}")
         for proc in logits_processors:
-            if not callable(getattr(proc, "apply", None)) or not callable(getattr(proc, "is_argmax_invariant", None)):
+            if not callable(getattr(proc, "apply", None)) or not callable(
+                getattr(proc, "is_argmax_invariant", None)
+            ):
                 raise TypeError(f"a logits processor needs apply() and is_argmax_invariant(), got {proc!r}")
         self.eos_token_id = eos_token_id
         self.logits_processors = tuple(logits_processors)
@@ -363,7 +368,9 @@ class Sampler:
                 ids += self._stop_ids(sp)
             bad = [t for t in ids if t >= vocab]
             if bad:
-                raise ValueError(f"row {i}: token id {bad[0]} in its sampling params is outside the vocab ({vocab})")
+                raise ValueError(
+                    f"row {i}: token id {bad[0]} in its sampling params is outside the vocab ({vocab})"
+                )
         if any(sp.allowed_token_ids is not None for sp in params):
             apply_allowed_token_ids(logits, [sp.allowed_token_ids for sp in params])
         bad_words = {i: sp.bad_words_token_ids for i, sp in enumerate(params) if sp.bad_words_token_ids}
@@ -378,9 +385,7 @@ class Sampler:
         for proc in self.logits_processors:
             if not proc.is_argmax_invariant():
                 logits = np.asarray(proc.apply(logits), dtype=np.float64)
-        if any(
-            sp.presence_penalty or sp.frequency_penalty or sp.repetition_penalty != 1.0 for sp in params
-        ):
+        if any(sp.presence_penalty or sp.frequency_penalty or sp.repetition_penalty != 1.0 for sp in params):
             apply_penalties(
                 logits,
                 token_counts(prompts, vocab) > 0,

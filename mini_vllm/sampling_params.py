@@ -109,7 +109,9 @@ class SamplingParams:
         if not _is_int(self.min_tokens):
             raise TypeError(f"min_tokens must be an int, got {self.min_tokens!r}")
         if not (0 <= self.min_tokens <= self.max_tokens):
-            raise ValueError(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
+            raise ValueError(
+                f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
+            )
         object.__setattr__(self, "min_tokens", int(self.min_tokens))
         if self.logprobs is not None:
             if not _is_int(self.logprobs):
@@ -150,7 +152,9 @@ class SamplingParams:
                 raise TypeError(f"each bad word must be a sequence of token ids, got {word!r}")
             word = tuple(word)
             if not word or any(not _is_int(t) or t < 0 for t in word):
-                raise ValueError(f"each bad word must be a non-empty sequence of non-negative ints, got {word!r}")
+                raise ValueError(
+                    f"each bad word must be a non-empty sequence of non-negative ints, got {word!r}"
+                )
             clean.append(tuple(int(t) for t in word))
         object.__setattr__(self, "bad_words_token_ids", tuple(clean))
 

@@ -1,0 +1,163 @@
+"""Lab 09-01: each sampling stage alone, their order, the edge cases, and agreement with mini_vllm."""
+
+import numpy as np
+import pytest
+
+from course.runtime import lab_module
+from mini_vllm import Sampler, SamplingParams
+
+lab = lab_module(__file__)  # solution.py by default; LAB_IMPL=starter grades starter.py
+
+DYADIC = np.log(np.array([[0.125, 0.5, 0.125, 0.25]]))  # probabilities whose partial sums are exact
+
+
+def kept(x):
+    return np.isfinite(x).tolist()
+
+
+def test_temperature_divides_random_rows_and_leaves_greedy_rows():
+    x = np.array([[2.0, -4.0], [2.0, -4.0], [2.0, -4.0]])
+    out = lab.apply_temperature(x, np.array([0.5, 2.0, 0.0]))
+    np.testing.assert_array_equal(
+        out, [[4.0, -8.0], [1.0, -2.0], [2.0, -4.0]], "T=0 rows must stay as they are"
+    )
+    assert np.isfinite(out).all(), "a greedy row (T=0) must not be divided by zero"
+    np.testing.assert_array_equal(x, [[2.0, -4.0]] * 3, "the input must not be edited")
+
+
+def test_top_k_keeps_k_and_every_tie_at_the_cut():
+    x = np.array([[0.1, 2.0, 1.0, 3.0], [3.0, 1.0, 1.0, 1.0]])
+    assert kept(lab.apply_top_k(x, np.array([2, 2]))) == [
+        [False, True, False, True],
+        [True, True, True, True],
+    ], "row 1: k=2 over [3, 1, 1, 1] keeps all four - vLLM masks only logits *below* the k-th largest"
+    for k in (0, -1, 4, 9):
+        assert kept(lab.apply_top_k(x, np.array([k, k]))) == [[True] * 4] * 2, f"top_k={k} means off"
+
+
+def test_top_p_keeps_the_crossing_token_and_stops_at_an_exact_hit():
+    assert kept(lab.apply_top_p(DYADIC, np.array([0.75]))) == [[False, True, False, True]], (
+        "0.5 + 0.25 reaches p=0.75 exactly: keep those two and nothing more"
+    )
+    assert kept(lab.apply_top_p(DYADIC, np.array([0.76]))) == [[True, True, False, True]], (
+        "p=0.76 is crossed by the third token: it stays, and of the tied 0.125s the lowest id goes first"
+    )
+    assert kept(lab.apply_top_p(DYADIC, np.array([0.1]))) == [[False, True, False, False]], (
+        "at least one survives"
+    )
+    assert kept(lab.apply_top_p(DYADIC, np.array([1.0]))) == [[True] * 4], "p=1 means off"
+
+
+def test_min_p_is_relative_to_the_top_probability():
+    x = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 3))
+    got = kept(lab.apply_min_p(x, np.array([0.5, 0.0, 1.0])))
+    assert got[0] == [True, True, False, False], "min_p 0.5 at top 0.5: the threshold is 0.25"
+    assert got[1] == [True] * 4, "min_p 0 means off"
+    assert got[2] == [True, False, False, False], "min_p 1 keeps the top token only"
+
+
+def test_penalties_values_and_order():
+    x = np.array([[2.0, -2.0, 1.0, 1.0, 1.0]])
+    out = lab.apply_penalties(x, [[0]], [[1, 2, 2]], np.array([0.5]), np.array([0.25]), np.array([2.0]))
+    want = [1.0, -4.75, -0.5, 1.0, 1.0]
+    assert out[0].tolist() == want, (
+        f"want {want}: repetition 2 halves the positive prompt logit and doubles the negative output one, "
+        "then frequency x count and presence once for output ids only"
+    )
+    out = lab.apply_penalties(x, [[3]], [[]], np.array([1.0]), np.array([1.0]), np.array([1.0]))
+    assert out[0].tolist() == x[0].tolist(), "presence and frequency read the output, never the prompt"
+
+
+@pytest.mark.parametrize("knob", ["presence", "frequency", "repetition"])
+def test_each_penalty_alone(knob):
+    x = np.array([[1.0, -1.0, 0.0]])
+    vals = {"presence": [0.0], "frequency": [0.0], "repetition": [1.0]}
+    vals[knob] = [1.5]
+    out = lab.apply_penalties(
+        x, [[]], [[0, 1, 1, 2]], *(np.array(vals[k]) for k in ("presence", "frequency", "repetition"))
+    )
+    want = {
+        "presence": [-0.5, -2.5, -1.5],
+        "frequency": [-0.5, -4.0, -1.5],
+        "repetition": [1 / 1.5, -1.5, 0.0],
+    }
+    np.testing.assert_allclose(out[0], want[knob], err_msg=f"{knob} penalty 1.5 alone")
+
+
+def test_extreme_logits_stay_finite():
+    x = np.array([[-800.0, -801.0, -900.0], [1e4, 0.0, -1e4]])
+    assert kept(lab.apply_top_p(x, np.array([0.9, 0.9]))) == [[True, True, False], [True, False, False]], (
+        "subtract the row max before exp: logits far below zero are not all-zero probabilities"
+    )
+    assert kept(lab.apply_min_p(x, np.array([0.2, 0.2]))) == [[True, True, False], [True, False, False]]
+    assert lab.sample(x, [SamplingParams(seed=0)] * 2, [None, None]) in ([0, 0], [1, 0])
+
+
+def test_pipeline_order_is_vllms():
+    # logit bias before repetition: (1 + 1) / 2 = 1, not 1/2 + 1
+    sp = SamplingParams(temperature=0, logit_bias={0: 1.0}, repetition_penalty=2.0)
+    assert lab.process(np.array([[1.0, 0.0]]), [sp], [[0]], [[]])[0, 0] == 1.0, (
+        "logit bias comes before penalties"
+    )
+    # temperature before min-p: T=10 flattens [.5,.3,.2] so min_p=.5 keeps all three
+    sp = SamplingParams(temperature=10.0, min_p=0.5)
+    assert kept(lab.process(np.log([[0.5, 0.3, 0.2]]), [sp], [[]], [[]])) == [[True] * 3], (
+        "temperature before min-p"
+    )
+    # min-p before top-p: min_p .75 leaves {0,1} at [.5,.5]; top_p .5 then keeps token 0 only
+    sp = SamplingParams(min_p=0.75, top_p=0.5)
+    row = np.log([[0.25, 0.25, 0.125, 0.125, 0.125, 0.125]])
+    assert kept(lab.process(row, [sp], [[]], [[]])) == [[True] + [False] * 5], "min-p before top-p"
+    # top-k before top-p: k=2 leaves [.5,.3] -> [.625,.375]; top_p .6 keeps token 0 only
+    sp = SamplingParams(top_k=2, top_p=0.6)
+    assert kept(lab.process(np.log([[0.5, 0.3, 0.2]]), [sp], [[]], [[]])) == [[True, False, False]], (
+        "top-k before top-p (top-p first would keep tokens 0 and 1)"
+    )
+
+
+def test_greedy_rows_stop_after_the_penalties():
+    x = np.array([[3.0, 2.9, 0.0], [3.0, 2.9, 0.0]])
+    params = [
+        SamplingParams(temperature=0, presence_penalty=0.5, min_p=1.0, top_k=1),
+        SamplingParams(temperature=0),
+    ]
+    assert lab.sample(x, params, [None, None], [[0], []], [[], []]) == [1, 0], (
+        "a greedy row's argmax sees penalties but not min-p or top-k"
+    )
+    g = np.random.default_rng(0)
+    state = g.bit_generator.state
+    lab.sample(x, params, [g, g])
+    assert g.bit_generator.state == state, "greedy rows must not consume randomness"
+
+
+def test_every_parameter_agrees_with_mini_vllm():
+    rng = np.random.default_rng(0)
+    vocab = 24
+    for trial in range(40):
+        params, outs, prompts = [], [], []
+        for _ in range(4):
+            params.append(
+                SamplingParams(
+                    temperature=float(rng.choice([0.0, 0.5, 1.0, 1.7])),
+                    top_k=int(rng.choice([0, 1, 3, 10])),
+                    top_p=float(rng.choice([1.0, 0.9, 0.5])),
+                    min_p=float(rng.choice([0.0, 0.05, 0.3])),
+                    presence_penalty=float(rng.choice([0.0, 0.7])),
+                    frequency_penalty=float(rng.choice([0.0, -0.4])),
+                    repetition_penalty=float(rng.choice([1.0, 1.3, 0.8])),
+                    logit_bias={int(rng.integers(vocab)): 2.0} if rng.random() < 0.3 else None,
+                    bad_words_token_ids=[[int(rng.integers(vocab))]] if rng.random() < 0.3 else [],
+                    min_tokens=int(rng.choice([0, 2])),
+                    stop_token_ids=[5],
+                    max_tokens=4,
+                    allowed_token_ids=range(0, vocab, 2) if rng.random() < 0.2 else None,
+                )
+            )
+            outs.append(rng.integers(0, vocab, int(rng.integers(0, 4))).tolist())
+            prompts.append(rng.integers(0, vocab, 3).tolist())
+        x = rng.normal(0, 2, (4, vocab))
+        want = Sampler(eos_token_id=1).sample_batch(
+            x, params, [np.random.default_rng(trial + i) for i in range(4)], outs, prompts
+        )
+        got = lab.sample(x, params, [np.random.default_rng(trial + i) for i in range(4)], outs, prompts, 1)
+        assert got == want, f"trial {trial}: your pipeline drew {got}, mini_vllm's Sampler {want} ({params})"

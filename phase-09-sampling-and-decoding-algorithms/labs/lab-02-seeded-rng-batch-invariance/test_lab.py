@@ -1,0 +1,147 @@
+"""Lab 09-02: per-request generators, batch invariance, and vLLM 0.22.1's CPU seed bug (#51226)."""
+
+import os
+
+import numpy as np
+import pytest
+
+from course.runtime import lab_module
+from mini_vllm import SamplingParams
+
+lab = lab_module(__file__)  # solution.py by default; LAB_IMPL=starter grades starter.py
+
+V = 32
+ROW = np.random.default_rng(0).normal(size=(1, V))  # the seeded request's logits, every step
+OTHERS = np.random.default_rng(1).normal(size=(5, V))
+
+
+def stream(sampler, params, companions=0, steps=10, rid="mine"):
+    """The tokens of request ``rid`` over ``steps`` steps, batched behind ``companions`` unseeded rows."""
+    others = [(f"other{j}", SamplingParams(temperature=1.3)) for j in range(companions)]
+    batch = np.vstack([OTHERS[:companions], ROW])
+    return [sampler.step(batch, [*others, (rid, params)])[-1] for _ in range(steps)]
+
+
+def test_same_seed_reproduces_across_instances():
+    a = stream(lab.SeededSampler(engine_seed=0), SamplingParams(seed=7))
+    b = stream(lab.SeededSampler(engine_seed=99), SamplingParams(seed=7))
+    assert a == b, "two engines (different engine seeds) must give a seed-7 request the same tokens"
+
+
+def test_different_seeds_diverge():
+    a = stream(lab.SeededSampler(), SamplingParams(seed=7))
+    b = stream(lab.SeededSampler(), SamplingParams(seed=8))
+    assert a != b, "seeds 7 and 8 gave the same 10 tokens: is the seed used to build the generator?"
+
+
+@pytest.mark.parametrize("companions", [1, 2, 5])
+def test_batch_invariance(companions):
+    alone = stream(lab.SeededSampler(), SamplingParams(seed=7, top_k=10, top_p=0.9))
+    batched = stream(lab.SeededSampler(), SamplingParams(seed=7, top_k=10, top_p=0.9), companions)
+    assert batched == alone, (
+        f"behind {companions} unseeded rows the seeded request drew {batched}, alone {alone}: "
+        "a seeded row must draw from its own generator, never the engine's"
+    )
+
+
+def test_shared_rng_breaks_batch_invariance():
+    alone = stream(lab.SharedRNGSampler(), SamplingParams(seed=7))
+    batched = stream(lab.SharedRNGSampler(), SamplingParams(seed=7), 2)
+    assert alone != batched, "the shared-generator design should depend on the batch: that is the bug"
+
+
+def test_greedy_ignores_seed_and_rng_state():
+    s = lab.SeededSampler()
+    state = s.engine_rng.bit_generator.state
+    a = stream(s, SamplingParams(temperature=0, seed=1), 3)
+    b = stream(lab.SeededSampler(engine_seed=5), SamplingParams(temperature=0, seed=2))
+    assert a == b == [int(np.argmax(ROW))] * 10, "a greedy row is the argmax whatever its seed"
+    g = s.generator_for("mine", SamplingParams(temperature=0, seed=1))
+    assert g.bit_generator.state == np.random.default_rng(1).bit_generator.state, (
+        "greedy rows must not advance their generator"
+    )
+    assert s.engine_rng.bit_generator.state != state, (
+        "the unseeded companions do draw from the engine's generator"
+    )
+
+
+def test_request_stream_is_stateful_not_reset():
+    s = lab.SeededSampler()
+    toks = stream(s, SamplingParams(seed=7), steps=10)
+    assert len(set(toks)) > 1, f"a seeded request drew {toks}: is its generator re-created every step?"
+    want = [lab.SeededSampler().step(ROW, [("x", SamplingParams(seed=7))])[0]]
+    assert toks[0] == want[0], "the first draw is the one a fresh default_rng(seed) gives"
+    assert s.generator_for("mine", SamplingParams(seed=7)) is s.generator_for(
+        "mine", SamplingParams(seed=7)
+    ), "the same request must get the same generator object every step"
+
+
+def test_two_requests_with_one_seed_get_their_own_streams():
+    s = lab.SeededSampler()
+    sp = SamplingParams(seed=7)
+    pair = [s.step(np.vstack([ROW, ROW]), [("a", sp), ("b", sp)]) for _ in range(10)]
+    alone = stream(lab.SeededSampler(), sp)
+    assert [p[0] for p in pair] == [p[1] for p in pair] == alone, (
+        "two requests sharing a seed each own a generator (keyed by request id, not by seed)"
+    )
+
+
+def test_finish_forgets_the_generator():
+    s = lab.SeededSampler()
+    first = stream(s, SamplingParams(seed=7), steps=3)
+    s.finish("mine")
+    assert stream(s, SamplingParams(seed=7), steps=3) == first, "a new request with the old id starts fresh"
+
+
+# The real vLLM 0.22.1 sampler on CPU --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ops():
+    for key, value in (("CUDA_VISIBLE_DEVICES", ""), ("VLLM_LOGGING_LEVEL", "WARNING")):
+        os.environ.setdefault(key, value)
+    from vllm.v1.sample.ops import topk_topp_sampler
+
+    with pytest.MonkeyPatch.context() as mp:  # run the compiled fast path eagerly: no 35 s compile
+        fn = topk_topp_sampler.compiled_random_sample
+        mp.setattr(topk_topp_sampler, "compiled_random_sample", getattr(fn, "_torchdynamo_orig_callable", fn))
+        yield topk_topp_sampler
+
+
+@pytest.mark.upstream
+def test_vllm_forward_cpu_loses_the_seed_in_a_mixed_batch(ops):
+    shipped = ops.TopKTopPSampler.forward_cpu
+    alone = lab.seeded_draws(shipped)
+    assert alone == lab.seeded_draws(ops.TopKTopPSampler.forward_native), "alone, both paths honour the seed"
+    assert lab.seeded_draws(shipped, companions=1) != alone, "the defect at the pin: one unseeded companion"
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("companions", [1, 3])
+def test_fixed_forward_cpu_is_batch_invariant(ops, companions):
+    alone = lab.seeded_draws(ops.TopKTopPSampler.forward_native)
+    got = lab.seeded_draws(lab.fixed_forward_cpu, companions=companions)
+    assert got == alone, (
+        f"with {companions} unseeded companions your forward_cpu drew {got}, alone {alone}: take the compiled "
+        "shortcut only when no row has a generator, and give each seeded row its own noise"
+    )
+
+
+@pytest.mark.upstream
+def test_fixed_forward_cpu_keeps_the_fast_path_and_the_top_k(ops):
+    import torch
+
+    sampler = ops.TopKTopPSampler("raw_logprobs")
+    logits = torch.tensor([[5.0, 4.0, -1.0, -2.0]] * 3)
+    torch.manual_seed(0)
+    want = ops.compiled_random_sample(logits.clone())
+    torch.manual_seed(0)
+    got, _ = lab.fixed_forward_cpu(sampler, logits.clone(), {}, None, None)
+    assert got.tolist() == want.tolist(), "with no generators the compiled draw must run as before"
+    tokens = set()
+    for s in range(30):
+        out, _ = lab.fixed_forward_cpu(
+            sampler, logits.clone(), {1: torch.Generator().manual_seed(s)}, torch.tensor([2, 2, 2]), None
+        )
+        tokens |= set(out.tolist())
+    assert tokens <= {0, 1}, "top-k=2 must still be applied before the draw"

@@ -130,7 +130,7 @@ class SamplingParams:
                     raise ValueError(f"logit_bias keys must be non-negative token ids, got {tok!r}")
                 if isinstance(bias, bool) or not isinstance(bias, numbers.Real) or not math.isfinite(bias):
                     raise ValueError(f"logit_bias values must be finite floats, got {bias!r} for token {tok}")
-                pairs[int(tok)] = float(bias)
+                pairs[int(tok)] = min(100.0, max(-100.0, float(bias)))  # upstream clamps (OpenAI's range)
             object.__setattr__(self, "logit_bias", tuple(sorted(pairs.items())) or None)
         if self.allowed_token_ids is not None:
             ids = self.allowed_token_ids

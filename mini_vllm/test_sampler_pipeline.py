@@ -220,9 +220,9 @@ def test_new_knobs_reject_bad_types(kwargs):
         SamplingParams(**kwargs)
 
 
-def test_logit_bias_is_stored_hashable_and_sorted():
-    sp = SamplingParams(logit_bias={5: 1.0, 2: -1})
-    assert sp.logit_bias == ((2, -1.0), (5, 1.0))
+def test_logit_bias_is_stored_hashable_sorted_and_clamped():
+    sp = SamplingParams(logit_bias={5: 1.0, 2: -1, 7: 1e4, 8: -250.0})
+    assert sp.logit_bias == ((2, -1.0), (5, 1.0), (7, 100.0), (8, -100.0)), "biases clamp to [-100, 100]"
     hash(sp)
 
 

@@ -220,6 +220,24 @@ def _row_sums(values: np.ndarray, ids: np.ndarray, vocab: int) -> np.ndarray:
     return full.sum(axis=1)
 
 
+def _kth_largest(x: np.ndarray, k: int, masked: np.ndarray | None = None) -> np.ndarray:
+    """The k-th largest value of each row of ``x`` (R, V). Rows holding ``-inf`` (masked by a ban
+    or min-p) select among their finite entries, which must number at least ``k``: a partial
+    selection over thousands of equal ``-inf`` values degrades badly. ``masked``: which rows hold
+    ``-inf``, when the caller already knows."""
+    vocab = x.shape[1]
+    dense = ~(x.min(axis=1) == -np.inf if masked is None else masked)
+    out = np.empty(x.shape[0])
+    if dense.all():
+        return np.partition(x, vocab - k, axis=1)[:, vocab - k]
+    if dense.any():
+        out[dense] = np.partition(x[dense], vocab - k, axis=1)[:, vocab - k]
+    for i in np.flatnonzero(~dense):
+        f = x[i][np.isfinite(x[i])]
+        out[i] = np.partition(f, f.size - k)[f.size - k]
+    return out
+
+
 def apply_top_k_top_p(x: np.ndarray, k: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Filter each row of ``x`` (B, V) by its ``k`` (<= 0 or >= V: off) and ``p`` (1.0: off).
 
@@ -230,8 +248,9 @@ def apply_top_k_top_p(x: np.ndarray, k: np.ndarray, p: np.ndarray) -> np.ndarray
     """
     vocab = x.shape[1]
     keep = np.ones(x.shape, dtype=bool)
-    for i in np.flatnonzero((k > 0) & (k < vocab)):
-        keep[i] = x[i] >= np.partition(x[i], vocab - k[i])[vocab - k[i]]
+    n_finite = np.isfinite(x).sum(axis=1)
+    for i in np.flatnonzero((k > 0) & (k < n_finite)):  # k >= the finite count: nothing to cut
+        keep[i] = x[i] >= _kth_largest(x[i : i + 1], int(k[i]))[0]
     row_max = x.max(axis=1, keepdims=True)
     e = np.where(keep, np.exp(np.where(keep, x, row_max) - row_max), 0.0)
     rows = np.flatnonzero(p < 1.0)
@@ -371,6 +390,9 @@ class Sampler:
                 raise ValueError(
                     f"row {i}: token id {bad[0]} in its sampling params is outside the vocab ({vocab})"
                 )
+        banned = bool(self.logits_processors) or any(
+            sp.allowed_token_ids is not None or sp.bad_words_token_ids or sp.min_tokens for sp in params
+        )
         if any(sp.allowed_token_ids is not None for sp in params):
             apply_allowed_token_ids(logits, [sp.allowed_token_ids for sp in params])
         bad_words = {i: sp.bad_words_token_ids for i, sp in enumerate(params) if sp.bad_words_token_ids}
@@ -394,10 +416,11 @@ class Sampler:
                 np.array([sp.frequency_penalty for sp in params]),
                 np.array([sp.repetition_penalty for sp in params]),
             )
-        dead = np.flatnonzero(np.isneginf(logits.max(axis=1)))
-        if dead.size:
-            raise ValueError(f"row {dead[0]}: every token is banned (allowed ids, bad words, min-tokens)")
-        if np.isnan(logits).any() or np.isposinf(logits).any():
+        if banned:
+            dead = np.flatnonzero(np.isneginf(logits.max(axis=1)))
+            if dead.size:
+                raise ValueError(f"row {dead[0]}: every token is banned (allowed ids, bad words, min-tokens)")
+        if self.logits_processors and (np.isnan(logits).any() or np.isposinf(logits).any()):
             raise ValueError("a logits processor produced NaN or +inf")
         return logits
 
@@ -440,12 +463,16 @@ class Sampler:
         tokens = np.empty(num_rows, dtype=np.int64)
         done = np.zeros(num_rows, dtype=bool)
 
-        # Rows whose top-k leaves exactly k tokens: work on those k columns only.
+        # Rows whose top-k leaves exactly k tokens: work on those k columns only. A row with no
+        # more than k finite logits (bans, min-p) has nothing to cut: top-k is off for it.
+        masked = x.min(axis=1) == -np.inf  # a reduction: cheaper than an isneginf mask
+        if masked.any():
+            k = np.where(masked & (np.isfinite(x).sum(axis=1) <= k), 0, k)
         topk = (k > 0) & (k < vocab)
         for kk in np.unique(k[topk]):
             rows = np.flatnonzero(k == kk)
             sub = x if rows.size == num_rows else x[rows]
-            kth = np.partition(sub, vocab - kk, axis=1)[:, vocab - kk]  # partial selection
+            kth = _kth_largest(sub, int(kk), masked[rows])  # partial selection
             mask = sub >= kth[:, None]
             exact = mask.sum(axis=1) == kk  # ties at the cut keep more: whole-row path below
             if not exact.any():

@@ -5,7 +5,14 @@ import numpy as np
 import pytest
 
 from mini_vllm import Sampler, SamplingParams
-from mini_vllm.sampler import Logprobs, apply_min_p, apply_penalties, log_softmax, token_counts
+from mini_vllm.sampler import (
+    Logprobs,
+    apply_min_p,
+    apply_penalties,
+    apply_top_k_top_p,
+    log_softmax,
+    token_counts,
+)
 
 
 def processed(row, sp, outputs=(), prompt=(), sampler=None):
@@ -242,3 +249,16 @@ def test_sampler_errors_name_the_problem():
         Sampler(eos_token_id=-1)
     with pytest.raises(TypeError, match="logits processor"):
         Sampler(logits_processors=[object()])
+
+
+def test_top_k_on_rows_mostly_masked_selects_among_the_finite_logits():
+    x = np.full((2, 4000), -np.inf)
+    x[0, [5, 9, 700, 3000]] = [1.0, 3.0, 2.0, 0.5]
+    x[1, [1, 2]] = [0.0, 1.0]
+    e = apply_top_k_top_p(x, np.array([2, 3]), np.ones(2))
+    assert np.flatnonzero(e[0]).tolist() == [9, 700], "k=2 among four finite logits keeps the two largest"
+    assert np.flatnonzero(e[1]).tolist() == [1, 2], "k=3 with two finite logits cuts nothing"
+    sp = [SamplingParams(top_k=2, seed=0), SamplingParams(top_k=3, seed=0)]
+    for _ in range(5):
+        got = Sampler().sample_batch(x, sp, [None, None])
+        assert got[0] in (9, 700) and got[1] in (1, 2)

@@ -246,7 +246,6 @@ def apply_top_k_top_p(x: np.ndarray, k: np.ndarray, p: np.ndarray) -> np.ndarray
     largest (upstream masks ``x < kth``, so ties survive). The whole-row form: the sampler takes
     it for rows without top-k, or with ties at the cut.
     """
-    vocab = x.shape[1]
     keep = np.ones(x.shape, dtype=bool)
     n_finite = np.isfinite(x).sum(axis=1)
     for i in np.flatnonzero((k > 0) & (k < n_finite)):  # k >= the finite count: nothing to cut

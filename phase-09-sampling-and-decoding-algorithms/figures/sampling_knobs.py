@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from course.svgfig import BLUE, GREY, INK, Svg
-from mini_vllm.sampler import apply_min_p, apply_top_k_top_p, softmax
+from mini_vllm.sampler import apply_min_p, apply_top_k_top_p
 
 LOGITS = np.array([[2.0, 1.3, 0.9, 0.4, 0.0, -0.5, -1.0, -2.0]])
 

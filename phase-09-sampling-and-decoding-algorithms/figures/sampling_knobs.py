@@ -39,9 +39,13 @@ PANELS = [
 
 def draw(rows: list[tuple[str, np.ndarray]], path: Path) -> None:
     pw, ph, cols = 250, 130, 4
-    svg = Svg(cols * pw + 20, 2 * ph + 50, "How each sampling knob reshapes one distribution",
-              "Seven panels of eight bars: the raw softmax, two temperatures, top-k 3, top-p 0.8, min-p 0.2 and "
-              "the full pipeline; removed tokens are grey ticks at zero.")
+    svg = Svg(
+        cols * pw + 20,
+        2 * ph + 50,
+        "How each sampling knob reshapes one distribution",
+        "Seven panels of eight bars: the raw softmax, two temperatures, top-k 3, top-p 0.8, min-p 0.2 and "
+        "the full pipeline; removed tokens are grey ticks at zero.",
+    )
     for n, (title, p) in enumerate(rows):
         x0, y0 = 10 + (n % cols) * pw, 20 + (n // cols) * (ph + 20)
         base, h, bar = y0 + ph - 20, ph - 45, (pw - 30) / len(p)
@@ -62,7 +66,11 @@ def main() -> None:
     rows = [(title, dist(**kw)) for title, kw in PANELS]
     print("token            " + " ".join(f"{i:>5}" for i in range(LOGITS.shape[1])))
     for title, p in rows:
-        print(f"{title[:16]:<16} " + " ".join(f"{v:5.3f}" if v > 0 else "    -" for v in p) + f"   kept {int((p > 0).sum())}")
+        print(
+            f"{title[:16]:<16} "
+            + " ".join(f"{v:5.3f}" if v > 0 else "    -" for v in p)
+            + f"   kept {int((p > 0).sum())}"
+        )
     draw(rows, Path(__file__).with_name("sampling_knobs.svg"))
     print("wrote sampling_knobs.svg")
 

@@ -142,3 +142,19 @@ def test_each_beam_proposes_twice_the_width():
         "with width 1 each beam proposes 2 candidates: EOS is set aside as finished and '2' lives on; "
         f"ranked by length-normalised score [1, 2, 3, 0] wins, got {list(best.tokens)}"
     )
+
+
+@pytest.mark.upstream
+def test_score_matches_vllm_get_beam_search_score():
+    from vllm.entrypoints.generate.beam_search.utils import get_beam_search_score
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        tokens = rng.integers(0, 5, int(rng.integers(1, 8))).tolist()
+        cum, lp = float(-rng.random() * 10), float(rng.choice([0.0, 0.5, 1.0, 2.0]))
+        if tokens == [EOS]:
+            continue  # a bare EOS has length 0: both divide by zero
+        want = get_beam_search_score(tokens, cum, EOS, lp)
+        assert math.isclose(lab.beam_score(tokens, cum, EOS, lp), want), (
+            f"{tokens}, {cum}, {lp}: vLLM gives {want}"
+        )

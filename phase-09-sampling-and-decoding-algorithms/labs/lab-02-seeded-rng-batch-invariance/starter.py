@@ -75,7 +75,8 @@ def seeded_draws(
     rows; the logits are flat (every token equally likely). Returns row 0's token at each step."""
     raise NotImplementedError(
         "torch.manual_seed(1234); sampler = TopKTopPSampler('raw_logprobs'); one "
-        "torch.Generator().manual_seed(seed); each step forward(sampler, torch.zeros(1 + companions, vocab), {0: gen}, None, None)"
+        "torch.Generator().manual_seed(seed); each step "
+        "forward(sampler, torch.zeros(1 + companions, vocab), {0: gen}, None, None)"
     )
 
 

@@ -37,7 +37,10 @@ def ngram_propose(context: list[int], k: int, min_n: int = 1, max_n: int = 3) ->
     ``not 1 <= min_n <= max_n``.
     """
     raise NotImplementedError(
-        'ngram_propose: for n from max_n down to min_n, look for the last n tokens at an earlier start s with s + n <= len(context) - 1; the first n with a hit wins, the earliest s breaks ties; return context[s + n : s + n + k] (or [] when nothing matches); ValueError unless k >= 1 and 1 <= min_n <= max_n'
+        'ngram_propose: for n from max_n down to min_n, look for the last n tokens at an earlier start s '
+        'with s + n <= len(context) - 1; the first n with a hit wins, the earliest s breaks ties; return '
+        'context[s + n : s + n + k] (or [] when nothing matches); ValueError unless k >= 1 and 1 <= min_n '
+        '<= max_n'
     )
 
 
@@ -50,7 +53,9 @@ def verify_greedy(context: list[int], proposed: list[int], target: Target) -> tu
     always emits at least one token and at most ``len(proposed) + 1``.
     """
     raise NotImplementedError(
-        'verify_greedy: walk the proposals, accepting each that equals target(context + accepted_so_far); stop at the first mismatch; then append target(context + accepted_so_far) (correction or bonus); return (emitted, number_accepted)'
+        'verify_greedy: walk the proposals, accepting each that equals target(context + accepted_so_far); '
+        'stop at the first mismatch; then append target(context + accepted_so_far) (correction or bonus); '
+        'return (emitted, number_accepted)'
     )
 
 
@@ -65,7 +70,9 @@ def run_speculative(
     a negative ``num_tokens``.
     """
     raise NotImplementedError(
-        'run_speculative: validate (non-empty prompt, num_tokens >= 0); loop while fewer than num_tokens tokens: draft with ngram_propose(prompt + generated, k, min_n, max_n), verify with verify_greedy, extend, count runs/proposed/accepted; return generated[:num_tokens] and SpecStats'
+        'run_speculative: validate (non-empty prompt, num_tokens >= 0); loop while fewer than num_tokens '
+        'tokens: draft with ngram_propose(prompt + generated, k, min_n, max_n), verify with verify_greedy, '
+        'extend, count runs/proposed/accepted; return generated[:num_tokens] and SpecStats'
     )
 
 

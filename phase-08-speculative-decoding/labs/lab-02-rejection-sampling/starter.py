@@ -36,7 +36,8 @@ def accept_prob(p: np.ndarray, q: np.ndarray, x: int) -> float:
     ``ValueError`` for invalid distributions or ``x`` outside the vocabulary.
     """
     raise NotImplementedError(
-        "accept_prob: validate p and q with check_distribution (q must match p's size) and 0 <= x < len(p); return 0.0 when q[x] == 0, else min(1, p[x] / q[x])"
+        "accept_prob: validate p and q with check_distribution (q must match p's size) and 0 <= x < len(p); "
+        "return 0.0 when q[x] == 0, else min(1, p[x] / q[x])"
     )
 
 
@@ -47,7 +48,8 @@ def residual_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     ``p`` rather than dividing by zero.
     """
     raise NotImplementedError(
-        'residual_distribution: validate p and q; surplus = max(p - q, 0); return surplus / surplus.sum(), or a copy of p when the surplus is all zero'
+        'residual_distribution: validate p and q; surplus = max(p - q, 0); return surplus / surplus.sum(), '
+        'or a copy of p when the surplus is all zero'
     )
 
 
@@ -55,7 +57,9 @@ def verify_token(p: np.ndarray, q: np.ndarray, x: int, u: float, rng: np.random.
     """One verify decision with a given uniform ``u``: ``(x, True)`` when ``p[x] / q[x] >= u``,
     otherwise ``(a draw from residual_distribution(p, q), False)``."""
     raise NotImplementedError(
-        'verify_token: ValueError unless 0 <= u < 1; prob = accept_prob(p, q, x); accept (x, True) when prob > 0 and u <= prob; otherwise draw from residual_distribution(p, q) with rng.choice and return (token, False)'
+        'verify_token: ValueError unless 0 <= u < 1; prob = accept_prob(p, q, x); accept (x, True) when '
+        'prob > 0 and u <= prob; otherwise draw from residual_distribution(p, q) with rng.choice and return '
+        '(token, False)'
     )
 
 
@@ -69,7 +73,9 @@ def speculative_tokens(
     take milliseconds. ``ValueError`` for ``n < 0``.
     """
     raise NotImplementedError(
-        'speculative_tokens: validate; drafts = rng.choice(V, size=n, p=q); u = rng.random(n); accepted = u <= min(1, p[drafts] / q[drafts]) (0 where q is 0); replace the rejected drafts with rng.choice draws from the residual; return (tokens, drafts, accepted) as arrays, no Python loop over n'
+        'speculative_tokens: validate; drafts = rng.choice(V, size=n, p=q); u = rng.random(n); accepted '
+        '= u <= min(1, p[drafts] / q[drafts]) (0 where q is 0); replace the rejected drafts with rng.choice '
+        'draws from the residual; return (tokens, drafts, accepted) as arrays, no Python loop over n'
     )
 
 

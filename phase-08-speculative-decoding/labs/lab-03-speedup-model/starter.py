@@ -37,7 +37,8 @@ def expected_tokens_per_verify(alpha: float, k: int) -> float:
     form cancels catastrophically there). ``ValueError`` for α outside [0, 1] or k < 0.
     """
     raise NotImplementedError(
-        'expected_tokens_per_verify: _check(alpha, k), then return the sum of alpha**i for i = 0..k (term by term, so alpha = 1 gives k + 1 and alpha next to 1 stays exact)'
+        'expected_tokens_per_verify: _check(alpha, k), then return the sum of alpha**i for i = 0..k (term '
+        'by term, so alpha = 1 gives k + 1 and alpha next to 1 stays exact)'
     )
 
 
@@ -55,7 +56,9 @@ def optimal_k(alpha: float, c: float, k_max: int = 16) -> int:
     drafter (c = 0) gains from every extra draft, forever.
     """
     raise NotImplementedError(
-        'optimal_k: _check(alpha, k_max, c); scan k = 0..k_max and keep the k with the highest speedup, replacing the best only when better by more than rounding, value > best * (1 + 1e-12) (ties keep the smaller k)'
+        'optimal_k: _check(alpha, k_max, c); scan k = 0..k_max and keep the k with the highest speedup, '
+        'replacing the best only when better by more than rounding, value > best * (1 + 1e-12) (ties keep '
+        'the smaller k)'
     )
 
 
@@ -66,7 +69,8 @@ def simulate_tokens_per_verify(alpha: float, k: int, num_cycles: int, rng: np.ra
     or after k, then adds the target's token. Vectorised (no Python loop over cycles).
     """
     raise NotImplementedError(
-        "simulate_tokens_per_verify: validate (num_cycles >= 1); draw a (num_cycles, k) array of uniforms < alpha, count each row's leading run of True (np.cumprod helps), add 1, return the mean"
+        "simulate_tokens_per_verify: validate (num_cycles >= 1); draw a (num_cycles, k) array of uniforms "
+        "< alpha, count each row's leading run of True (np.cumprod helps), add 1, return the mean"
     )
 
 
@@ -77,7 +81,8 @@ def alpha_from_tokens_per_verify(tokens: float, k: int) -> float:
     ``ValueError`` unless 1 <= tokens <= k + 1.
     """
     raise NotImplementedError(
-        'alpha_from_tokens_per_verify: ValueError unless 1 <= tokens <= k + 1; bisect alpha in [0, 1] until expected_tokens_per_verify(alpha, k) == tokens (it increases with alpha)'
+        'alpha_from_tokens_per_verify: ValueError unless 1 <= tokens <= k + 1; bisect alpha in [0, 1] until '
+        'expected_tokens_per_verify(alpha, k) == tokens (it increases with alpha)'
     )
 
 

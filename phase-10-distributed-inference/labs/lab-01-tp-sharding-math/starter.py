@@ -26,7 +26,8 @@ def shard(n: int, num_ranks: int, rank: int) -> slice:
     ``[0, num_ranks)``, or ``n`` does not divide evenly (TP never pads a weight's hidden axis).
     """
     raise NotImplementedError(
-        'shard: check num_ranks (int >= 1), rank in [0, num_ranks) and n % num_ranks == 0 (ValueError otherwise), then return slice(rank * chunk, (rank + 1) * chunk) with chunk = n // num_ranks'
+        'shard: check num_ranks (int >= 1), rank in [0, num_ranks) and n % num_ranks == 0 (ValueError otherwise), '
+        'then return slice(rank * chunk, (rank + 1) * chunk) with chunk = n // num_ranks'
     )
 
 
@@ -37,7 +38,8 @@ def column_parallel(x: np.ndarray, W: np.ndarray, num_ranks: int) -> np.ndarray:
     output features.
     """
     raise NotImplementedError(
-        'column_parallel: for each rank r compute x @ W[shard(W.shape[0], num_ranks, r)].T, then np.concatenate the pieces on the last axis (the all-gather)'
+        'column_parallel: for each rank r compute x @ W[shard(W.shape[0], num_ranks, r)].T, then np.concatenate '
+        'the pieces on the last axis (the all-gather)'
     )
 
 
@@ -48,7 +50,8 @@ def row_parallel(x: np.ndarray, W: np.ndarray, num_ranks: int) -> np.ndarray:
     full-shaped but partial: the all-reduce adds the ranks' partials.
     """
     raise NotImplementedError(
-        'row_parallel: for each rank r take s = shard(W.shape[1], num_ranks, r), compute the full-shaped partial x[:, s] @ W[:, s].T, and sum the partials (the all-reduce)'
+        'row_parallel: for each rank r take s = shard(W.shape[1], num_ranks, r), compute the full-shaped '
+        'partial x[:, s] @ W[:, s].T, and sum the partials (the all-reduce)'
     )
 
 
@@ -60,7 +63,9 @@ def mlp_tp(x: np.ndarray, W1: np.ndarray, W2: np.ndarray, num_ranks: int) -> MLP
     elementwise), multiplies by the matching columns of ``W2`` and contributes a partial sum.
     """
     raise NotImplementedError(
-        'mlp_tp: check W1.shape[0] == W2.shape[1]; per rank: h = relu(x @ W1[s].T) on its slice s of the intermediate features, partial = h @ W2[:, s].T; sum the partials once; return MLPResult(output, 1 if num_ranks > 1 else 0, 0)'
+        'mlp_tp: check W1.shape[0] == W2.shape[1]; per rank: h = relu(x @ W1[s].T) on its slice s of the '
+        'intermediate features, partial = h @ W2[:, s].T; sum the partials once; return MLPResult(output, '
+        '1 if num_ranks > 1 else 0, 0)'
     )
 
 

@@ -48,21 +48,24 @@ def _ranks(num_ranks: int) -> None:
 def allreduce_payload_bytes(batch_tokens: int, hidden: int, dtype_bytes: int = 2) -> int:
     """Bytes one all-reduce sums: one activation row (``hidden`` values) per token in the step."""
     raise NotImplementedError(
-        'allreduce_payload_bytes: check the three inputs with _positive (batch_tokens may be 0), then one activation row per token: batch_tokens * hidden * dtype_bytes'
+        'allreduce_payload_bytes: check the three inputs with _positive (batch_tokens may be 0), then one '
+        'activation row per token: batch_tokens * hidden * dtype_bytes'
     )
 
 
 def ring_allreduce_traffic_per_rank(payload_bytes: float, num_ranks: int) -> float:
     """Bytes each rank sends in a ring all-reduce: ``2 (N - 1) / N × payload`` (0 when alone)."""
     raise NotImplementedError(
-        'ring_allreduce_traffic_per_rank: check with _positive and _ranks, then reduce-scatter + all-gather each send (N-1)/N of the payload: 2 * (N - 1) * payload / N'
+        'ring_allreduce_traffic_per_rank: check with _positive and _ranks, then reduce-scatter + all-gather '
+        'each send (N-1)/N of the payload: 2 * (N - 1) * payload / N'
     )
 
 
 def allreduce_time_s(payload_bytes: float, num_ranks: int, link: Link) -> float:
     """Predicted time of one ring all-reduce: traffic / bandwidth + ``2 (N - 1)`` hop latencies."""
     raise NotImplementedError(
-        'allreduce_time_s: check link.bandwidth_bytes_per_s (> 0) and link.latency_s (>= 0) by those names, then traffic / bandwidth + 2 * (N - 1) hops * latency'
+        'allreduce_time_s: check link.bandwidth_bytes_per_s (> 0) and link.latency_s (>= 0) by those names, '
+        'then traffic / bandwidth + 2 * (N - 1) hops * latency'
     )
 
 
@@ -81,7 +84,8 @@ def tp_comm_time_per_step(
     half of a column → row pair).
     """
     raise NotImplementedError(
-        'tp_comm_time_per_step: check num_layers (> 0) and allreduces_per_layer (>= 0), then num_layers * allreduces_per_layer * allreduce_time_s(payload of batch_tokens rows, num_ranks, link)'
+        'tp_comm_time_per_step: check num_layers (> 0) and allreduces_per_layer (>= 0), then num_layers '
+        '* allreduces_per_layer * allreduce_time_s(payload of batch_tokens rows, num_ranks, link)'
     )
 
 

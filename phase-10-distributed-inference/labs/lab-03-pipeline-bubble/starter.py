@@ -25,7 +25,8 @@ def _check(num_stages: int, num_microbatches: int) -> None:
 def pipeline_total_ticks(num_stages: int, num_microbatches: int) -> int:
     """Ticks from the first microbatch entering stage 0 to the last leaving stage p − 1."""
     raise NotImplementedError(
-        'pipeline_total_ticks: _check the inputs, then the last microbatch enters stage 0 at tick m-1 and needs p ticks: p + m - 1'
+        'pipeline_total_ticks: _check the inputs, then the last microbatch enters stage 0 at tick m-1 and '
+        'needs p ticks: p + m - 1'
     )
 
 
@@ -51,7 +52,9 @@ def min_microbatches_for_bubble(num_stages: int, budget: float) -> int:
     ``[0, 1]``, or 0 with more than one stage (no finite m reaches it).
     """
     raise NotImplementedError(
-        "min_microbatches_for_bubble: validate the budget (ValueError outside [0, 1]; budget 0 with p > 1 is 'never' met), start from ceil((p-1)(1/budget-1)), then step down while m-1 still meets the budget and up while m misses it, using bubble_fraction"
+        "min_microbatches_for_bubble: validate the budget (ValueError outside [0, 1]; budget 0 with p > "
+        "1 is 'never' met), start from ceil((p-1)(1/budget-1)), then step down while m-1 still meets the "
+        "budget and up while m misses it, using bubble_fraction"
     )
 
 
@@ -61,7 +64,8 @@ def pipeline_time(stage_times: Sequence[float], num_microbatches: int) -> float:
     A stage starts microbatch b when it has finished b − 1 and the previous stage has finished b.
     """
     raise NotImplementedError(
-        'pipeline_time: validate stage_times (non-empty, all > 0); for each microbatch walk the stages: done[s] = max(done[s], ready) + t; ready = done[s]; return done[-1]'
+        'pipeline_time: validate stage_times (non-empty, all > 0); for each microbatch walk the stages: '
+        'done[s] = max(done[s], ready) + t; ready = done[s]; return done[-1]'
     )
 
 
@@ -122,7 +126,8 @@ def main() -> None:
           f" (a bare float ceiling says {naive})")
     print("\na straggler sets the clock (4 stages, 16 microbatches, time per microbatch):")
     for times in ((1, 1, 1, 1), (1, 2, 1, 1), (1.5, 1.5, 0.5, 0.5)):
-        print(f"  stages {times}: finish at {pipeline_time(times, 16):g} (balanced would be {pipeline_time((sum(times) / 4,) * 4, 16):g})")
+        balanced = pipeline_time((sum(times) / 4,) * 4, 16)
+        print(f"  stages {times}: finish at {pipeline_time(times, 16):g} (balanced would be {balanced:g})")
 
 
 if __name__ == "__main__":

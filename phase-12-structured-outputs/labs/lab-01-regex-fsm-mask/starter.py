@@ -58,7 +58,9 @@ def parse_atoms(pattern: str) -> list[Atom]:
     regex metacharacter (``* ? | ( ) . { } ^ $ ]``), which this subset does not support.
     """
     raise NotImplementedError(
-        "parse_atoms: walk the pattern; for each literal, \\x escape or [...] class (expand a-z ranges) make Atom(chars, plus) where plus is a following '+'; raise ValueError for everything the docstring lists"
+        "parse_atoms: walk the pattern; for each literal, \\x escape or [...] class (expand a-z ranges) "
+        "make Atom(chars, plus) where plus is a following '+'; raise ValueError for everything the docstring "
+        "lists"
     )
 
 
@@ -70,7 +72,9 @@ def compile_pattern(pattern: str) -> FSM:
     two states, and this construction only builds deterministic machines.
     """
     raise NotImplementedError(
-        "compile_pattern: state i = atoms 0..i-1 matched; atom i adds transitions[i][ch] = i + 1 for each of its chars, and a '+' adds transitions[i + 1][ch] = i + 1; accepting = {len(atoms)}; refuse a '+' atom that shares a char with the next atom"
+        "compile_pattern: state i = atoms 0..i-1 matched; atom i adds transitions[i][ch] = i + 1 for each "
+        "of its chars, and a '+' adds transitions[i + 1][ch] = i + 1; accepting = {len(atoms)}; refuse a "
+        "'+' atom that shares a char with the next atom"
     )
 
 
@@ -78,7 +82,8 @@ def advance(fsm: FSM, state: int, text: str) -> int | None:
     """Feed ``text`` from ``state`` one character at a time; the final state, or ``None`` as soon
     as a character has no transition (the token dies; ``state`` itself is untouched)."""
     raise NotImplementedError(
-        "advance: for each character look up fsm.transitions[state].get(ch); return None the moment one is missing, else the final state"
+        "advance: for each character look up fsm.transitions[state].get(ch); return None the moment one "
+        "is missing, else the final state"
     )
 
 
@@ -86,7 +91,8 @@ def allowed_tokens(fsm: FSM, state: int, vocab: Vocab, eos_token_id: int) -> np.
     """``bool[len(vocab)]``: token ``t`` is allowed iff all its characters survive from ``state``;
     EOS iff ``state`` is accepting; any other special token (``None``) never."""
     raise NotImplementedError(
-        "allowed_tokens: mask[t] = advance(fsm, state, vocab[t]) is not None for every token with text; EOS only if state is accepting; None entries never"
+        "allowed_tokens: mask[t] = advance(fsm, state, vocab[t]) is not None for every token with text; "
+        "EOS only if state is accepting; None entries never"
     )
 
 
@@ -101,7 +107,9 @@ def constrained_generate(
     the logits' shape is not ``(len(vocab),)``.
     """
     raise NotImplementedError(
-        "constrained_generate: validate the arguments, compile the pattern, then per step: allowed mask (cached per state), logits[~mask] = -inf, argmax, stop on EOS, else advance; Generation(..., 'length', ...) when max_tokens runs out"
+        "constrained_generate: validate the arguments, compile the pattern, then per step: allowed mask "
+        "(cached per state), logits[~mask] = -inf, argmax, stop on EOS, else advance; Generation(..., 'length', "
+        "...) when max_tokens runs out"
     )
 
 

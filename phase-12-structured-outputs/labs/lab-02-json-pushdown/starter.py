@@ -48,7 +48,8 @@ class JsonMachine:
         """Characters legal next. Only the two integer modes read ``depth``: a top-level integer
         can only grow (or end at EOS), one inside an object may also be ended by ``,`` or ``}``."""
         raise NotImplementedError(
-            "JsonMachine.allowed: return the characters legal in self.mode (see MODES and the README's table); only 'int' and 'int_zero' look at self.depth (',' and '}' only when depth > 0)"
+            "JsonMachine.allowed: return the characters legal in self.mode (see MODES and the README's table); "
+            "only 'int' and 'int_zero' look at self.depth (',' and '}' only when depth > 0)"
         )
 
     def accepting(self) -> bool:
@@ -60,7 +61,9 @@ class JsonMachine:
     def feed(self, ch: str) -> None:
         """Advance by one character, or raise ``ValueError`` (naming the mode) and change nothing."""
         raise NotImplementedError(
-            "JsonMachine.feed: raise ValueError if ch is not in self.allowed(); '{' pushes (depth + 1), '}' pops (then 'done' at depth 0, else 'comma_or_close'); ',' or '}' in an int mode ends the int (mode 'comma_or_close') and is fed again"
+            "JsonMachine.feed: raise ValueError if ch is not in self.allowed(); '{' pushes (depth + 1), "
+            "'}' pops (then 'done' at depth 0, else 'comma_or_close'); ',' or '}' in an int mode ends the "
+            "int (mode 'comma_or_close') and is fed again"
         )
         # mode "int" with a digit stays "int"
 
@@ -82,7 +85,8 @@ def constrained_generate(model: Model, max_tokens: int) -> Generation:
     stop at EOS or after ``max_tokens`` tokens (EOS counts). Raises ``ValueError`` if
     ``max_tokens < 1`` or the logits' shape is not ``(len(VOCAB),)``."""
     raise NotImplementedError(
-        "constrained_generate: validate max_tokens; per step mask VOCAB with m.allowed() (EOS iff m.accepting()), logits[~mask] = -inf, argmax, stop on EOS, else m.feed(char); track the deepest depth"
+        "constrained_generate: validate max_tokens; per step mask VOCAB with m.allowed() (EOS iff m.accepting()), "
+        "logits[~mask] = -inf, argmax, stop on EOS, else m.feed(char); track the deepest depth"
     )
 
 

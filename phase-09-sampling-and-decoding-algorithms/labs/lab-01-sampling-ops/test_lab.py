@@ -130,6 +130,20 @@ def test_greedy_rows_stop_after_the_penalties():
     assert g.bit_generator.state == state, "greedy rows must not consume randomness"
 
 
+def test_min_tokens_masks_stop_ids_and_eos_unless_ignore_eos():
+    x = np.zeros((3, 4))
+    params = [
+        SamplingParams(temperature=0, min_tokens=2, stop_token_ids=[3]),
+        SamplingParams(temperature=0, min_tokens=2, stop_token_ids=[3], ignore_eos=True),
+        SamplingParams(temperature=0, min_tokens=2, stop_token_ids=[3]),
+    ]
+    out = lab.process(x, params, [[], [], [0, 0]], [[], [], []], eos_token_id=1)
+    assert kept(out) == [[True, False, True, False], [True, True, True, False], [True] * 4], (
+        "before min_tokens outputs mask the stop ids and EOS; ignore_eos=True leaves EOS alone; "
+        "from min_tokens outputs on nothing is masked"
+    )
+
+
 def test_every_parameter_agrees_with_mini_vllm():
     rng = np.random.default_rng(0)
     vocab = 24

@@ -126,6 +126,15 @@ def test_length_penalty_changes_the_winner():
     )
 
 
+def test_equal_scores_keep_the_earlier_candidate_first():
+    uniform = lab.bigram_model({t: {u: 0.25 for u in range(4)} for t in range(4)}, 4)
+    got = [b.tokens for b in lab.beam_search(uniform, [1], 2, 1, eos_token_id=99)]
+    assert got == [(1, 0), (1, 1)], (
+        f"four equal candidates gave {got}: rank with a stable sort (sorted(..., reverse=True), as vLLM), "
+        "so on a tie the candidate proposed first (the lower id) stays first, in every step and the final ranking"
+    )
+
+
 def test_bad_arguments_are_refused(garden):
     for width, steps in ((0, 4), (2, 0)):
         with pytest.raises(ValueError, match="beam_width and max_tokens"):

@@ -41,7 +41,7 @@ def write_course(root: Path, extra: str = "") -> Path:
         "phase-00-foundations/labs/lab-01-demo/mutants/off_by_one.py": "def add(a, b):\n    return a + b + 1\n",
         ".ci/run": "#!/usr/bin/env bash\n",
         "phase-00-foundations/labs/lab-01-demo/starter.py": 'def add(a, b):\n    raise NotImplementedError("sum them")\n',
-        "phase-00-foundations/labs/lab-01-demo/test_lab.py": "from course.harness import load_lab\n",
+        "phase-00-foundations/labs/lab-01-demo/test_lab.py": "from course.runtime import lab_module\n",
         "upstream/vllm/v1/core/block_pool.py": "class BlockPool:\n\n    def get_new_blocks(self, n):\n        pass\n",
     }
     for rel, text in files.items():

@@ -1,3 +1,0 @@
-"""Moved to ``course.runtime.pinned``; kept so older imports keep working."""
-
-from course.runtime.pinned import compile_definitions  # noqa: F401

@@ -107,6 +107,27 @@ def prefix_cache(model: str, prompts: list[list[int]], max_tokens: int, **llm_kw
 
 
 @job
+def parallel_sampling(
+    model: str, prompt: list[int], n: int, max_tokens: int, seed: int | None = None, **llm_kwargs: Any
+) -> dict[str, Any]:
+    """One request with ``SamplingParams(n=...)`` (temperature 1, ``seed``) through ``LLM.generate``,
+    stats on: each child's tokens and index, and the engine's metrics afterwards."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = make_llm(model, disable_log_stats=False, **llm_kwargs)
+    params = SamplingParams(n=n, max_tokens=max_tokens, temperature=1.0, seed=seed, ignore_eos=True)
+    (out,) = llm.generate([TokensPrompt(prompt_token_ids=list(prompt))], params, use_tqdm=False)
+    return {
+        "request_id": out.request_id,
+        "children": [{"index": c.index, "token_ids": list(c.token_ids)} for c in out.outputs],
+        "num_cached_tokens": out.num_cached_tokens,
+        "metrics": [metric_to_json(m) for m in llm.get_metrics()],
+        "block_size": llm.llm_engine.vllm_config.cache_config.block_size,
+    }
+
+
+@job
 def platform(model: str) -> dict[str, Any]:
     """Which platform and package this venv's vLLM reports (no engine start)."""
     import importlib.metadata as md

@@ -106,6 +106,70 @@ def prefix_cache(model: str, prompts: list[list[int]], max_tokens: int, **llm_kw
     }
 
 
+# -- tensor parallelism: the collectives each worker issues, counted inside the worker processes --------
+_COLLECTIVES: list[list[Any]] = []  # in a worker: [op, shape of the tensor it was given], one per call
+_COUNTED_OPS = ("all_reduce", "all_gather", "gather", "broadcast")
+
+
+def _count_tp_collectives(worker: Any) -> int:
+    """Runs in every worker (``LLM.collective_rpc``): wrap its TP group's device communicator so each
+    collective appends ``[op, shape]`` to this process's log. Returns the worker's TP rank."""
+    from vllm.distributed import parallel_state as ps
+
+    group = ps.get_tp_group()
+    comm = group.device_communicator
+    if comm is not None and not getattr(comm, "_course_counted", False):
+        for op in _COUNTED_OPS:
+            real = getattr(comm, op, None)
+            if real is None:
+                continue
+
+            def counted(tensor, *args, _op=op, _real=real, **kwargs):
+                _COLLECTIVES.append([_op, list(tensor.shape)])
+                return _real(tensor, *args, **kwargs)
+
+            setattr(comm, op, counted)
+        comm._course_counted = True
+    return group.rank_in_group
+
+
+def _take_tp_collectives(worker: Any) -> list[list[Any]]:
+    """Runs in every worker: the collectives logged since the last call, then an empty log."""
+    taken = list(_COLLECTIVES)
+    _COLLECTIVES.clear()
+    return taken
+
+
+@job
+def tensor_parallel(model: str, prompts: list[list[int]], max_tokens: int, tensor_parallel_size: int,
+                    **llm_kwargs: Any) -> dict[str, Any]:
+    """Greedy tokens at ``tensor_parallel_size`` (``distributed_executor_backend="mp"``: one CPU worker
+    process per rank), the collectives every worker issued while generating them (counted in the
+    workers, after a warm-up generate), the shapes of each rank's sharded weights, and wall time."""
+    import time
+
+    from course.runtime import engine_jobs as here  # by reference: the workers import this module
+
+    llm = make_llm(model, tensor_parallel_size=tensor_parallel_size, distributed_executor_backend="mp",
+                   **llm_kwargs)
+    ranks = llm.collective_rpc(here._count_tp_collectives)
+    _greedy(llm, [prompts[0][:4]], 2)  # warm-up, not counted
+    llm.collective_rpc(here._take_tp_collectives)
+    start = time.perf_counter()
+    tokens = _greedy(llm, prompts, max_tokens)
+    seconds = time.perf_counter() - start
+    collectives = llm.collective_rpc(here._take_tp_collectives)
+    shapes = llm.collective_rpc(here._weight_shapes)
+    return {"tokens": tokens, "ranks": ranks, "collectives": collectives, "weight_shapes": shapes,
+            "seconds": seconds}
+
+
+def _weight_shapes(worker: Any) -> dict[str, list[int]]:
+    """Runs in every worker: the shape of each parameter of its model shard."""
+    model = worker.model_runner.get_model()
+    return {name: list(p.shape) for name, p in model.named_parameters()}
+
+
 @job
 def parallel_sampling(
     model: str, prompt: list[int], n: int, max_tokens: int, seed: int | None = None, **llm_kwargs: Any

@@ -69,6 +69,46 @@ def pipeline_time(stage_times: Sequence[float], num_microbatches: int) -> float:
     )
 
 
+# -- the same straggler rule in expert parallelism: the busiest rank sets the step ----------------
+def _check_eplb(expert_loads: Sequence[float], num_slots: int, num_ranks: int = 1) -> None:
+    if not expert_loads or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not x >= 0
+                               for x in expert_loads):
+        raise ValueError(f"expert_loads must be a non-empty list of loads >= 0, got {expert_loads!r}")
+    for name, v in (("num_slots", num_slots), ("num_ranks", num_ranks)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if num_slots < len(expert_loads):
+        raise ValueError(f"{num_slots} slots cannot hold {len(expert_loads)} experts: every expert needs one")
+    if num_slots % num_ranks:
+        raise ValueError(f"{num_slots} slots do not split evenly over {num_ranks} ranks")
+
+
+def eplb_replica_counts(expert_loads: Sequence[float], num_slots: int) -> list[int]:
+    """Replicas per expert when ``num_slots`` expert slots hold ``len(expert_loads)`` experts.
+
+    Every expert gets one slot; each spare slot then goes, one at a time, to the expert whose load
+    per replica (``load / replicas``) is highest now, the lowest index on a tie. A replica serves
+    an equal share of its expert's tokens.
+    """
+    raise NotImplementedError(
+        "call _check_eplb; start every count at 1; for each spare slot add a replica to the expert with the "
+        "highest load / count (first one on a tie)"
+    )
+
+
+def eplb_rank_loads(expert_loads: Sequence[float], num_slots: int, num_ranks: int) -> list[float]:
+    """Load of each rank after replicating (``eplb_replica_counts``) and packing the replicas.
+
+    Each rank holds ``num_slots / num_ranks`` replicas. Replicas are placed heaviest first
+    (``load / replicas`` each), every one on the rank with the least load so far among the ranks
+    that still have a free slot, the lowest index on a tie.
+    """
+    raise NotImplementedError(
+        "call _check_eplb; list every replica's load (load / count, count times per expert), heaviest first; "
+        "put each on the least-loaded rank that still has a free slot (num_slots // num_ranks per rank)"
+    )
+
+
 def render(grid: list[list[int | None]]) -> str:
     """ASCII picture of a schedule: one row per stage, ``.`` for idle."""
     rows = []
@@ -128,6 +168,15 @@ def main() -> None:
     for times in ((1, 1, 1, 1), (1, 2, 1, 1), (1.5, 1.5, 0.5, 0.5)):
         balanced = pipeline_time((sum(times) / 4,) * 4, 16)
         print(f"  stages {times}: finish at {pipeline_time(times, 16):g} (balanced would be {balanced:g})")
+
+    loads = [90, 10, 10, 10, 40, 10, 20, 10]
+    print(f"\nexpert parallelism: 8 experts with loads {loads} on 4 ranks")
+    static = [sum(loads[2 * r:2 * r + 2]) for r in range(4)]
+    print(f"  no replication (2 experts per rank): rank loads {static}, busiest {max(static)}")
+    for slots in (8, 12, 16):
+        counts, per_rank = eplb_replica_counts(loads, slots), eplb_rank_loads(loads, slots, 4)
+        print(f"  EPLB with {slots:>2} slots: replicas {counts}, rank loads {[round(x, 2) for x in per_rank]},"
+              f" busiest {max(per_rank):g} (ideal {sum(loads) / 4:g})")
 
 
 if __name__ == "__main__":

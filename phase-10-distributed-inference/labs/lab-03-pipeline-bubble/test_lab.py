@@ -105,3 +105,76 @@ def test_every_promised_error():
         lab.pipeline_time([], 4)
     with pytest.raises(ValueError, match="stage_times"):
         lab.pipeline_time([1, 0], 4)
+
+
+# --- the straggler rule in expert parallelism: EPLB's arithmetic ------------------------------------
+LOADS = [90, 10, 10, 10, 40, 10, 20, 10]
+
+
+def test_eplb_gives_the_spare_slots_to_the_hot_experts():
+    counts = lab.eplb_replica_counts(LOADS, 12)
+    assert counts == [4, 1, 1, 1, 2, 1, 1, 1], (
+        f"got {counts}: each of the 4 spare slots goes to the expert with the highest load PER REPLICA now "
+        f"(90 -> 45 -> 40 from expert 4 -> 30 ...), not to the expert with the highest total load every time"
+    )
+    assert lab.eplb_replica_counts(LOADS, 8) == [1] * 8, "no spare slot: one replica each"
+    assert lab.eplb_replica_counts([5, 5, 5, 5], 6) == [2, 2, 1, 1], "a tie goes to the lowest expert index"
+    assert lab.eplb_replica_counts([0, 0, 3], 5) == [1, 1, 3], "idle experts never get a spare replica"
+
+
+def test_eplb_rank_loads_against_no_replication():
+    loads = lab.eplb_rank_loads(LOADS, 12, 4)
+    assert loads == pytest.approx([52.5, 52.5, 52.5, 42.5]), (
+        f"got {loads}: place replicas heaviest first (22.5 x 4, then 20 x 3, then 10 x 5), each on the least "
+        f"loaded rank that still has one of its 3 slots free"
+    )
+    assert max(loads) < 100 and sum(loads) == pytest.approx(sum(LOADS)), "replication moves load, never creates it"
+    assert lab.eplb_rank_loads(LOADS, 16, 4) == pytest.approx([50, 50, 155 / 3, 145 / 3])
+    assert lab.eplb_rank_loads([7], 1, 1) == [7.0], "one expert, one slot, one rank"
+
+
+def test_eplb_rank_capacity_is_a_hard_limit():
+    loads = lab.eplb_rank_loads([100, 1, 1, 1, 1, 1, 1, 1], 8, 4)
+    assert loads == pytest.approx([101, 2, 2, 2]), (
+        f"got {loads}: each rank holds exactly 2 replicas; once ranks 1-3 are full the last light expert must go "
+        f"to rank 0, next to the hot one, even though rank 0 is the busiest"
+    )
+
+
+def test_eplb_errors():
+    with pytest.raises(ValueError, match="cannot hold 8 experts"):
+        lab.eplb_replica_counts(LOADS, 7)
+    with pytest.raises(ValueError, match="do not split evenly over 4 ranks"):
+        lab.eplb_rank_loads(LOADS, 10, 4)
+    with pytest.raises(ValueError, match="loads >= 0"):
+        lab.eplb_replica_counts([1, -2], 4)
+    with pytest.raises(ValueError, match="num_ranks"):
+        lab.eplb_rank_loads(LOADS, 8, 0)
+
+
+@pytest.fixture(scope="module")
+def eplb_policy():
+    from vllm.distributed.eplb.policy.default import DefaultEplbPolicy
+
+    return DefaultEplbPolicy
+
+
+@pytest.mark.upstream
+def test_your_eplb_equals_vllm_default_policy(eplb_policy):
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(3)
+    cases = [(LOADS, 12, 4), (LOADS, 16, 4), ([5, 5, 5, 5], 8, 2), ([100, 1, 1, 1, 1, 1, 1, 1], 8, 4)]
+    cases += [(rng.integers(1, 100, 8).tolist(), 16, 4) for _ in range(3)] + [(rng.integers(0, 50, 16).tolist(), 24, 8)]
+    for loads, slots, ranks in cases:
+        phy2log = eplb_policy.rebalance_experts(torch.tensor([loads], dtype=torch.float64), slots, 1, 1, ranks)[0]
+        counts = np.bincount(phy2log.numpy(), minlength=len(loads))
+        per = slots // ranks
+        real = [sum(loads[e] / counts[e] for e in phy2log[r * per:(r + 1) * per].tolist()) for r in range(ranks)]
+        assert lab.eplb_replica_counts(loads, slots) == counts.tolist(), (
+            f"loads {loads}, {slots} slots: vLLM's DefaultEplbPolicy gives {counts.tolist()} replicas"
+        )
+        assert lab.eplb_rank_loads(loads, slots, ranks) == pytest.approx(real, rel=1e-6), (
+            f"loads {loads}, {slots} slots, {ranks} ranks: vLLM's placement loads the ranks {real}"
+        )

@@ -36,15 +36,15 @@ def nbytes(rows: int, vocab: int) -> float:
 
 def predict(lab, args) -> None:
     name, bw = PREDICT
-    print(f"predicted for {name}: {bw / 1e12:.2f} TB/s HBM; float32 logits, half the rows constrained, "
-          f"{ALLOWED:.0%} of the vocabulary allowed per constrained row")
+    print(f"predicted for {name}: {bw / 1e12:.2f} TB/s HBM; float32 logits, half the rows constrained,")
+    print(f"{ALLOWED:.0%} of the vocabulary allowed per constrained row")
     print(f"{'vocab':>7} {'rows':>5} {'MB moved':>9} {'floor us':>9}")
     for vocab in VOCABS:
         for rows in ROWS:
             b = nbytes(rows, vocab)
             print(f"{vocab:>7} {rows:>5} {b / 1e6:9.2f} {b / bw * 1e6:9.2f}")
-    print("floor = bytes / bandwidth, bytes = rows/2 x (4 ceil(V/32) + 4 V x 0.99). At 8 rows the launch "
-          "overhead (a few us) dominates; from 64 rows on the kernel should approach the floor.")
+    print("floor = bytes / bandwidth, bytes = rows/2 x (4 ceil(V/32) + 4 V x 0.99).")
+    print("At 8 rows the launch overhead (a few us) dominates; from 64 rows on the kernel should approach the floor.")
 
 
 def make_problem(rows: int, vocab: int):

@@ -60,8 +60,9 @@ def test_allowed_tokens_equal_xgrammar_every_step(xgr_compiler, pattern):
 def test_control_characters_in_strings_at_the_pin(xgr_compiler):
     """Grammar validity is parser validity only if the grammar says so. Strict json.loads refuses a
     raw U+0018 inside a string (strict=False takes it); mini's JsonMachine refuses it too. The
-    control-character mismatch reported as xgrammar#286 does not reproduce here at the grammar
-    level: xgrammar 0.2.8's JSON-schema and built-in JSON grammars both refuse the character."""
+    control-character mismatch reported as xgrammar#286 does not reproduce here for a plain string:
+    xgrammar 0.2.8's JSON-schema and built-in JSON grammars both refuse the character. (A schema
+    string with maxLength or minLength admits it: Phase 12 lab 03 pins that hole.)"""
     import json
 
     from xgrammar.testing import _is_grammar_accept_string

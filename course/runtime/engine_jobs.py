@@ -207,6 +207,22 @@ def platform(model: str) -> dict[str, Any]:
     }
 
 
+@job
+def structured_outputs(model: str, requests: dict[str, dict[str, Any]], prompt: str, max_tokens: int,
+                       **llm_kwargs: Any) -> dict[str, Any]:
+    """``LLM.generate`` with one ``StructuredOutputsParams(**kwargs)`` per request id (xgrammar, greedy):
+    per request the text, the ``finish_reason`` and the token ids, in the order of ``requests``."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    llm = make_llm(model, **llm_kwargs)
+    params = [SamplingParams(max_tokens=max_tokens, temperature=0.0, structured_outputs=StructuredOutputsParams(**kw))
+              for kw in requests.values()]
+    outs = llm.generate([prompt] * len(params), params, use_tqdm=False)
+    return {rid: {"text": o.outputs[0].text, "finish_reason": o.outputs[0].finish_reason,
+                  "token_ids": list(o.outputs[0].token_ids)} for rid, o in zip(requests, outs, strict=True)}
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] not in JOBS:
         print(f"usage: python -m course.runtime.engine_jobs {{{','.join(JOBS)}}} KWARGS_JSON OUT_JSON", file=sys.stderr)

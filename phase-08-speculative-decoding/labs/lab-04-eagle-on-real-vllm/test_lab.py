@@ -53,9 +53,15 @@ def _metrics(drafts, tokens, accepted, per_pos, engine=0):
 # LLM.get_metrics() returned for speculation (the engine test re-runs it).
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 PROMPTS = [[10, 11, 12, 13, 14, 15, 16, 17] * 5, [100, 101, 102, 103, 104] * 6, list(range(200, 240)), [7, 8, 9] * 10]
-RECORDED_TOKENS_3 = [
-    348, 98, 491, 160, 160, 160, 160, 456, 348, 133, 275, 154, 275, 154, 275, 114,
-    139, 139, 139, 139, 188, 424, 204, 212, 214, 381, 219, 425, 498, 179, 380, 166,
+RECORDED_TOKENS = [
+    [306, 442, 394, 467, 267, 424, 188, 237, 19, 480, 181, 376, 156, 12, 380, 489,
+     294, 322, 395, 346, 66, 449, 486, 253, 243, 50, 383, 142, 117, 36, 284, 475],
+    [76, 35, 462, 204, 425, 169, 405, 347, 284, 435, 49, 112, 85, 255, 397, 263,
+     64, 268, 426, 235, 106, 395, 462, 380, 502, 314, 469, 210, 453, 40, 381, 376],
+    [156, 382, 220, 395, 136, 226, 195, 111, 60, 18, 45, 44, 407, 7, 258, 322,
+     186, 111, 289, 27, 331, 208, 413, 378, 16, 333, 311, 52, 183, 159, 272, 195],
+    [348, 98, 491, 160, 160, 160, 160, 456, 348, 133, 275, 154, 275, 154, 275, 114,
+     139, 139, 139, 139, 188, 424, 204, 212, 214, 381, 219, 425, 498, 179, 380, 166],
 ]
 RECORDED_METRICS = [
     Counter("vllm:spec_decode_num_drafts", _engine(0), 3),
@@ -189,11 +195,7 @@ def test_predicted_ngram_counters_by_hand():
 
 
 def test_predicted_ngram_counters_equal_the_recorded_engine_run():
-    outputs = [[0] * 32, [0] * 32, [0] * 32, RECORDED_TOKENS_3]   # requests 0-2 never drafted: any non-matching tokens
-    outputs[0] = list(range(400, 432))
-    outputs[1] = list(range(300, 332))
-    outputs[2] = list(range(450, 482))
-    got = lab.predict_ngram_counters(PROMPTS, outputs, 3, 2, 4)
+    got = lab.predict_ngram_counters(PROMPTS, RECORDED_TOKENS, 3, 2, 4)
     want = lab.read_spec_counters(RECORDED_METRICS)
     assert got == want, (
         f"replaying the recorded tokens must give the engine's own counters {want}, got {got}: prefill emits the first "
@@ -211,7 +213,7 @@ def test_real_engine_ngram_tokens_and_counters():
     assert spec.result["tokens"] == base.result["tokens"], (
         "greedy speculative decoding must not change a single token (lab 01's theorem, on the real engine)"
     )
-    assert spec.result["tokens"][3] == RECORDED_TOKENS_3, "the tiny model is deterministic: the recorded run must repeat"
+    assert spec.result["tokens"] == RECORDED_TOKENS, "the tiny model is deterministic: the recorded run must repeat"
     metrics = engine.metrics_from_json(spec.result["metrics"])
     counters = lab.read_spec_counters(metrics)
     replay = lab.predict_ngram_counters(PROMPTS, spec.result["tokens"], 3, 2, 4)

@@ -65,10 +65,9 @@ def rejection_random_kernel(
             p_x = tl.load(TargetProbs + t * stride_pt + x.to(tl.int64) * stride_pv)
             u = tl.load(Uniforms + t)
             token = x
-            if q_x > 0:
-                accepted = p_x / q_x >= u
-            else:
-                accepted = False                    # a draft the drafter gave no mass: reject, never divide by 0
+            accepted = q_x > 0                      # a draft the drafter gave no mass is rejected...
+            if accepted:
+                accepted = p_x / q_x >= u           # ...and never divided by
             if not accepted:
                 rejected = True
                 if HAS_RECOVERED:

@@ -192,6 +192,17 @@ def parallel_sampling(
 
 
 @job
+def spec_decode(model: str, prompts: list[list[int]], max_tokens: int, speculative_config: dict | None = None,
+                **llm_kwargs: Any) -> dict[str, Any]:
+    """Greedy ``LLM.generate`` with stats on, with or without ``speculative_config``; the tokens and
+    the engine's own metrics afterwards (``LLM.get_metrics()``: with speculation, the
+    ``vllm:spec_decode_*`` counters and the per-position acceptance vector)."""
+    llm = make_llm(model, disable_log_stats=False, speculative_config=speculative_config, **llm_kwargs)
+    tokens = _greedy(llm, prompts, max_tokens)
+    return {"tokens": tokens, "metrics": [metric_to_json(m) for m in llm.get_metrics()]}
+
+
+@job
 def platform(model: str) -> dict[str, Any]:
     """Which platform and package this venv's vLLM reports (no engine start)."""
     import importlib.metadata as md

@@ -18,7 +18,7 @@ from mini_vllm.multimodal import (
     num_image_tokens,
     try_schedule_encoder_inputs,
 )
-from mini_vllm.testing.mm_traces import MMArrival, simulate
+from mini_vllm.testing.mm_traces import MMArrival, simulate, three_requests
 
 IMG = 9  # the marker token id in these tests
 
@@ -275,15 +275,6 @@ def test_splice_is_in_place_and_casts_dtype():
 
 
 # --- many steps ---------------------------------------------------------------------------------
-
-
-def three_requests():
-    shared = tuple(range(3, 23))
-    return [
-        MMArrival("A", shared + tuple(range(100, 210)), (feat("imgA", 40, 80),)),
-        MMArrival("B", tuple(range(300, 400)), (feat("imgB", 10, 80),)),
-        MMArrival("C", shared + tuple(range(400, 490)), (feat("imgA", 20, 80),), prefix_hit=16),
-    ]
 
 
 def test_three_request_doorstep_table():

@@ -22,7 +22,7 @@ from mini_vllm.multimodal import (
     PlaceholderRange,
     merge_multimodal_embeddings,
 )
-from mini_vllm.testing.mm_traces import MMArrival, simulate
+from mini_vllm.testing.mm_traces import MMArrival, simulate, three_requests
 
 pytestmark = pytest.mark.upstream
 
@@ -38,15 +38,6 @@ def real():
 
 def feat(name, offset, length):
     return MultiModalFeature(name, PlaceholderRange(offset, length))
-
-
-def three_requests():
-    shared = tuple(range(3, 23))  # A and C share their first 20 text tokens: one full 16-token block
-    return [
-        MMArrival("A", shared + tuple(range(100, 210)), (feat("imgA", 40, 80),)),
-        MMArrival("B", tuple(range(300, 400)), (feat("imgB", 10, 80),)),
-        MMArrival("C", shared + tuple(range(400, 490)), (feat("imgA", 20, 80),), prefix_hit=16),
-    ]
 
 
 def test_three_requests_match_the_real_scheduler(real):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from mini_vllm.multimodal import (
     EncoderCacheManager,
     MultiModalFeature,
+    PlaceholderRange,
     free_consumed_encoder_inputs,
     try_schedule_encoder_inputs,
 )
@@ -36,6 +37,25 @@ class MMStep:
 
     scheduled: dict[str, tuple[int, tuple[int, ...]]]
     freed: list[str] = field(default_factory=list)
+
+
+def three_requests(prefix_hit_for_c: int = 16) -> list[MMArrival]:
+    """The phase's running example: A (80-token image "imgA" at 40), B ("imgB" at 10), C (A's image
+    again, at 20). A and C share their first 20 text tokens, so with prefix caching C's first
+    16-token block (all text) is a hit: ``prefix_hit_for_c`` is what ``simulate`` gives C (the real
+    scheduler and mini_vllm's ``Scheduler`` find it themselves). Token budget 256 and encoder
+    budget 100 give: step 0 A 130 tokens + imgA, B 10 (its doorstep), C 94 (imgA is a hit);
+    step 1 B 90 + imgB."""
+    shared = tuple(range(3, 23))
+
+    def image(name: str, at: int) -> tuple[MultiModalFeature, ...]:
+        return (MultiModalFeature(name, PlaceholderRange(at, 80)),)
+
+    return [
+        MMArrival("A", shared + tuple(range(100, 210)), image("imgA", 40)),
+        MMArrival("B", tuple(range(300, 400)), image("imgB", 10)),
+        MMArrival("C", shared + tuple(range(400, 490)), image("imgA", 20), prefix_hit=prefix_hit_for_c),
+    ]
 
 
 def simulate(

@@ -42,15 +42,22 @@ if TYPE_CHECKING:
 NONE_HASH: bytes = hashlib.sha256(b"mini_vllm:NONE_HASH").digest()
 
 
-def hash_block_tokens(parent_block_hash: bytes | None, curr_block_token_ids: Sequence[int]) -> bytes:
+def hash_block_tokens(
+    parent_block_hash: bytes | None, curr_block_token_ids: Sequence[int], extra_keys: tuple = ()
+) -> bytes:
     """SHA-256 of the parent hash followed by the block's token ids as little-endian int64.
 
     Chaining through the parent makes the hash name the whole prefix, not just this block:
-    the same 16 tokens after a different history get a different hash.
+    the same 16 tokens after a different history get a different hash. ``extra_keys`` (Phase 13:
+    ``(image identifier, offset - block start)`` for each image the block overlaps) are mixed in,
+    since every image's placeholders have the same token ids.
     """
     if parent_block_hash is None:
         parent_block_hash = NONE_HASH
-    return hashlib.sha256(parent_block_hash + array("q", curr_block_token_ids).tobytes()).digest()
+    data = parent_block_hash + array("q", curr_block_token_ids).tobytes()
+    if extra_keys:
+        data += repr(extra_keys).encode()
+    return hashlib.sha256(data).digest()
 
 
 class RequestBlockHasher:
@@ -66,11 +73,23 @@ class RequestBlockHasher:
         tokens = request.all_token_ids
         parent = request.block_hashes[-1] if request.block_hashes else None
         new_hashes: list[bytes] = []
+        features = getattr(request, "mm_features", ())
         while start + bs <= len(tokens):
-            parent = hash_block_tokens(parent, tokens[start : start + bs])
+            extra = _mm_extra_keys(features, start, start + bs) if features else ()
+            parent = hash_block_tokens(parent, tokens[start : start + bs], extra)
             new_hashes.append(parent)
             start += bs
         return new_hashes
+
+
+def _mm_extra_keys(features, start: int, end: int) -> tuple:
+    """``(identifier, offset - start)`` for each image overlapping block ``[start, end)``
+    (upstream: ``_gen_mm_extra_hash_keys``)."""
+    return tuple(
+        (f.identifier, f.mm_position.offset - start)
+        for f in features
+        if f.mm_position.offset < end and start < f.mm_position.end
+    )
 
 
 def get_request_block_hasher(block_size: int) -> RequestBlockHasher:

@@ -16,7 +16,12 @@ Rules, with upstream's where upstream has one:
 * ``max_model_len`` defaults to what the pool holds, ``(num_gpu_blocks - 1) * block_size``, and
   may not exceed it, so one request of maximal length always fits alone and preemption can
   never loop forever (upstream compares bytes and counts the null block as usable);
-* without chunked prefill, ``max_num_batched_tokens >= max_model_len`` (upstream's message).
+* without chunked prefill, ``max_num_batched_tokens >= max_model_len`` (upstream's message);
+* images (Phase 13): ``max_num_encoder_input_tokens >= 0`` (embeddings the encoder may compute
+  per step) and ``encoder_cache_size >= 0`` (embeddings the encoder cache holds), both 0 for a
+  text-only engine. Upstream derives both from the largest item the model accepts
+  (``compute_mm_encoder_budget``); mini takes them as settings, and the scheduler refuses a
+  request with an image larger than either (it could never run).
 
 Left out: everything about devices, memory fractions, dtypes, swap space, the model itself,
 and upstream's ``max_num_batched_tokens >= max_num_seqs`` rule (see README: mini accepts a
@@ -69,8 +74,14 @@ class SchedulerConfig:
     max_model_len: int | None = None  # None: what the KV pool holds (VllmConfig fills it in)
     long_prefill_token_threshold: int = 0  # 0 = off
     enable_chunked_prefill: bool = True
+    max_num_encoder_input_tokens: int = 0  # encoder compute budget per step, in embeddings (0: text only)
+    encoder_cache_size: int = 0  # encoder cache capacity, in embeddings
+    disable_chunked_mm_input: bool = False  # never end a chunk inside an image it started before
 
     def __post_init__(self) -> None:
+        _check_int("max_num_encoder_input_tokens", self.max_num_encoder_input_tokens, 0)
+        _check_int("encoder_cache_size", self.encoder_cache_size, 0)
+        _check_bool("disable_chunked_mm_input", self.disable_chunked_mm_input)
         _check_int("max_num_seqs", self.max_num_seqs, 1)
         _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)

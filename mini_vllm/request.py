@@ -10,7 +10,10 @@ scheduler is built on two numbers::
 Each step the scheduler hands out tokens so ``num_computed_tokens`` catches up with
 ``num_tokens``; prefill is "far behind", decode is "one behind".
 
-Left out: pooling, multimodal features, LoRA, structured output, spec-decode tokens, async
+Images (Phase 13): ``mm_features``, one ``MultiModalFeature`` per image in prompt order (its
+identifier and placeholder range); ``has_encoder_inputs`` says whether there are any.
+
+Left out: pooling, the multimodal data itself (only what the scheduler reads), LoRA, structured output, spec-decode tokens, async
 output placeholders, streaming sessions, events/stats, priority. ``RequestStatus`` keeps only
 the members mini uses, in upstream's order, so ``is_finished`` is still ``status > PREEMPTED``.
 ``is_finished`` is a property here (a method upstream), so ``if req.is_finished:`` is never a
@@ -24,6 +27,7 @@ import numbers
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
+from .multimodal import MultiModalFeature
 from .sampling_params import SamplingParams
 
 EOS_TOKEN_ID = 256  # ByteTokenizer's EOS
@@ -118,6 +122,7 @@ class Request:
         eos_token_id: int | None = EOS_TOKEN_ID,
         block_hasher: Callable[[Request], list[bytes]] | None = None,
         arrival_time: float = 0.0,
+        mm_features: Sequence[MultiModalFeature] = (),
     ) -> None:
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
@@ -137,6 +142,7 @@ class Request:
 
         self.request_id = request_id
         self.sampling_params = sampling_params
+        self.mm_features = _check_mm_features(mm_features, len(prompt))
         self.max_tokens = sampling_params.max_tokens
         self.eos_token_id = eos_token_id
         self.arrival_time = arrival_time
@@ -157,6 +163,10 @@ class Request:
         self.block_hashes: list[bytes] = []
         self.block_hasher = block_hasher
         self.update_block_hashes()
+
+    @property
+    def has_encoder_inputs(self) -> bool:
+        return bool(self.mm_features)
 
     # -- counters ---------------------------------------------------------------------------
     @property
@@ -244,3 +254,20 @@ class Request:
             f"Request({self.request_id!r}, status={self.status.name}, "
             f"num_computed_tokens={self.num_computed_tokens}, num_tokens={self.num_tokens})"
         )
+
+
+def _check_mm_features(features: Sequence[MultiModalFeature], num_prompt_tokens: int) -> tuple[MultiModalFeature, ...]:
+    """Images in prompt order, disjoint, inside the prompt (a bad request is refused before anything runs)."""
+    out = tuple(features)
+    end = 0
+    for f in out:
+        if not isinstance(f, MultiModalFeature):
+            raise TypeError(f"mm_features must be MultiModalFeature objects, got {type(f).__name__}")
+        if f.mm_position.offset < end:
+            raise ValueError(f"mm_features must be in prompt order and disjoint: {f.identifier!r} starts at "
+                             f"{f.mm_position.offset}, before the previous image ends ({end})")
+        end = f.mm_position.end
+        if end > num_prompt_tokens:
+            raise ValueError(f"image {f.identifier!r} covers [{f.mm_position.offset}, {end}), past the "
+                             f"{num_prompt_tokens}-token prompt")
+    return out

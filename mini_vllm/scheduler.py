@@ -18,8 +18,15 @@ Built from a ``VllmConfig`` (``config.py``), which it never re-checks; it owns i
 request's blocks at once and marks it finished, and ``running``/``waiting`` drop finished
 requests in one sweep the next time they are read (upstream removes one id from a list per call).
 
+Images (Phase 13): each step has an encoder budget (``max_num_encoder_input_tokens``
+embeddings); a request's chunk goes through ``_try_schedule_encoder_inputs`` (the rule of
+``mini_vllm.multimodal.try_schedule_encoder_inputs``: whole-image encodes, encoder-cache hits for
+free, the chunk cut at the doorstep of an image that cannot run this step) before its KV is
+allocated, and ``_commit_encoder_inputs`` books the encodes once it is. ``SchedulerOutput``
+lists them (``scheduled_encoder_inputs``) with the hashes evicted from the encoder cache.
+
 Left out (see README): async scheduling and output placeholders, speculative decoding,
-structured output, encoder inputs, KV connectors, LoRA limits, PRIORITY policy, pipeline
+structured output, encoder-decoder models and remote encoder caches, KV connectors, LoRA limits, PRIORITY policy, pipeline
 parallelism, pause states, stats beyond prefix-cache counters.
 
 Deliberate difference: upstream advances ``num_computed_tokens`` at the end of ``schedule()``
@@ -37,6 +44,12 @@ from dataclasses import dataclass, field
 
 from .config import VllmConfig
 from .kv_cache import KVCacheManager
+from .multimodal import (
+    EncoderCacheManager,
+    EncoderSchedule,
+    free_consumed_encoder_inputs,
+    try_schedule_encoder_inputs,
+)
 from .request import Request, RequestStatus, is_token_id
 
 
@@ -52,6 +65,8 @@ class SchedulerOutput:
     finished_req_ids: set[str]  # finished since the previous schedule()
     req_to_new_block_ids: dict[str, list[int]] = field(default_factory=dict)  # blocks added this step
     scheduled_requests: list[Request] = field(default_factory=list)  # every scheduled request
+    scheduled_encoder_inputs: dict[str, list[int]] = field(default_factory=dict)  # request id -> images to encode
+    free_encoder_mm_hashes: list[str] = field(default_factory=list)  # evicted from the encoder cache this step
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -82,6 +97,11 @@ class Scheduler:
         self._num_finished_in_waiting = 0
         self.finished_req_ids: set[str] = set()  # finished since the last schedule()
         self._pending_output: SchedulerOutput | None = None  # awaiting update_from_output
+        # Images: the encoder budget per step, and the cache of encoder outputs (in embeddings).
+        self.max_num_encoder_input_tokens = self.scheduler_config.max_num_encoder_input_tokens
+        self.encoder_cache_manager = EncoderCacheManager(self.scheduler_config.encoder_cache_size)
+        self._encoder_budget = 0  # what this step has left of max_num_encoder_input_tokens
+        self._scheduled_encoder_inputs: dict[str, list[int]] = {}
 
     @property
     def running(self) -> list[Request]:
@@ -117,6 +137,7 @@ class Scheduler:
                 f"prompt of {request.num_tokens} tokens leaves no room to generate within "
                 f"max_model_len={self.max_model_len}"
             )
+        self._check_encoder_inputs_fit(request)
         if self.kv_cache_manager.enable_caching:
             self.kv_cache_manager._ensure_hashes(request)
         self._waiting.append(request)
@@ -150,6 +171,7 @@ class Scheduler:
 
     def _free_request(self, request: Request) -> None:
         self.kv_cache_manager.free(request)
+        self.encoder_cache_manager.free(request.request_id)
         self.finished_req_ids.add(request.request_id)
         del self.requests[request.request_id]
 
@@ -180,6 +202,7 @@ class Scheduler:
         resumed_reqs: list[Request] = []
         running_reqs: list[Request] = []
         preempted: list[Request] = []
+        self._encoder_budget, self._scheduled_encoder_inputs = self.max_num_encoder_input_tokens, {}
 
         # First, the RUNNING requests, oldest first.
         req_index = 0
@@ -190,6 +213,12 @@ class Scheduler:
             # and never a position past max_model_len - 1
             num_new_tokens = min(num_new_tokens, self.max_model_len - 1 - request.num_computed_tokens)
             if num_new_tokens <= 0:
+                req_index += 1
+                continue
+            num_new_tokens, encoder_plan = self._try_schedule_encoder_inputs(
+                request, request.num_computed_tokens, num_new_tokens
+            )
+            if num_new_tokens == 0:  # stopped at the doorstep of an image that cannot run this step
                 req_index += 1
                 continue
             while True:
@@ -204,6 +233,7 @@ class Scheduler:
             if new_blocks is None:
                 break
             running_reqs.append(request)
+            self._commit_encoder_inputs(request, encoder_plan)
             scheduled.append(request)
             num_scheduled_tokens[request.request_id] = num_new_tokens
             new_block_ids[request.request_id] = [b.block_id for b in new_blocks]
@@ -225,14 +255,19 @@ class Scheduler:
                 if not chunked and num_new_tokens > token_budget:
                     break  # without chunked prefill a prompt runs whole or waits
                 num_new_tokens = min(num_new_tokens, token_budget)
+                num_new_tokens, encoder_plan = self._try_schedule_encoder_inputs(request, num_computed, num_new_tokens)
+                if num_new_tokens == 0:
+                    break  # its first chunk would start at an image the encoder cannot run this step
                 new_blocks = kv.allocate_slots(
                     request, num_new_tokens, num_computed, computed_blocks, full_sequence_must_fit=True
                 )
                 if new_blocks is None:
+                    self.encoder_cache_manager.free(request.request_id)  # drop the hits the rule recorded
                     break  # head-of-line: nobody behind it jumps the queue
                 waiting.popleft()
                 running.append(request)
                 (new_reqs if request.status == RequestStatus.WAITING else resumed_reqs).append(request)
+                self._commit_encoder_inputs(request, encoder_plan)
                 scheduled.append(request)
                 num_scheduled_tokens[request.request_id] = num_new_tokens
                 new_block_ids[request.request_id] = kv.get_block_ids(request.request_id)
@@ -250,6 +285,8 @@ class Scheduler:
             finished_req_ids=self.finished_req_ids,
             req_to_new_block_ids=new_block_ids,
             scheduled_requests=scheduled,
+            scheduled_encoder_inputs=self._scheduled_encoder_inputs,
+            free_encoder_mm_hashes=self.encoder_cache_manager.get_freed_mm_hashes(),
         )
         self.finished_req_ids = set()
         self._pending_output = output
@@ -262,10 +299,47 @@ class Scheduler:
             num_new_tokens = threshold
         return min(num_new_tokens, token_budget)
 
+    # -- images (Phase 13) -------------------------------------------------------------------
+    def _check_encoder_inputs_fit(self, request: Request) -> None:
+        """Refuse a request with an image the encoder budget or cache can never hold (it would wait forever)."""
+        limit = min(self.max_num_encoder_input_tokens, self.encoder_cache_manager.cache_size)
+        for f in request.mm_features:
+            if f.mm_position.get_num_embeds() > limit:
+                raise ValueError(
+                    f"image {f.identifier!r} of request {request.request_id!r} needs "
+                    f"{f.mm_position.get_num_embeds()} encoder embeddings, more than max_num_encoder_input_tokens="
+                    f"{self.max_num_encoder_input_tokens} or encoder_cache_size={self.encoder_cache_manager.cache_size}"
+                )
+
+    def _try_schedule_encoder_inputs(
+        self, request: Request, num_computed_tokens: int, num_new_tokens: int
+    ) -> tuple[int, EncoderSchedule | None]:
+        """The encoder rule for this chunk against what is left of this step's encoder budget:
+        ``(tokens, plan)``, tokens possibly cut to a doorstep. Books nothing but encoder-cache hits."""
+        if not request.mm_features:
+            return num_new_tokens, None
+        plan = try_schedule_encoder_inputs(
+            request.request_id, num_computed_tokens, num_new_tokens, request.mm_features, self._encoder_budget,
+            self.encoder_cache_manager, self.scheduler_config.disable_chunked_mm_input,
+        )
+        return plan.num_new_tokens, plan
+
+    def _commit_encoder_inputs(self, request: Request, plan: EncoderSchedule | None) -> None:
+        """The chunk got its KV: spend the encoder budget and reserve cache space for its encodes."""
+        if plan is None:
+            return
+        self._encoder_budget = plan.encoder_compute_budget
+        if plan.encoder_inputs:
+            self._scheduled_encoder_inputs[request.request_id] = plan.encoder_inputs
+            for i in plan.encoder_inputs:
+                pos = request.mm_features[i].mm_position
+                self.encoder_cache_manager.allocate(request.request_id, request.mm_features[i].identifier, pos.get_num_embeds())
+
     def _preempt_request(self, request: Request) -> None:
         """Recompute-style preemption: drop all KV, restart from token 0, go to the FRONT of waiting."""
         assert request.status == RequestStatus.RUNNING
         self.kv_cache_manager.free(request)
+        self.encoder_cache_manager.free(request.request_id)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.num_preemptions += 1
@@ -316,6 +390,10 @@ class Scheduler:
             if request.status > RequestStatus.PREEMPTED:  # aborted after it was scheduled
                 continue
             request.num_computed_tokens += scheduled[request.request_id]
+            if request.mm_features:  # images now wholly in the KV cache release their encoder output
+                free_consumed_encoder_inputs(
+                    request.request_id, request.mm_features, request.num_computed_tokens, self.encoder_cache_manager
+                )
             token = sampled.get(request.request_id)
             if token is not None:
                 request.append_output_token_ids(token)

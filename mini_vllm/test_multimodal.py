@@ -18,7 +18,7 @@ from mini_vllm.multimodal import (
     num_image_tokens,
     try_schedule_encoder_inputs,
 )
-from mini_vllm.testing.mm_traces import MMArrival, simulate
+from mini_vllm.testing.mm_traces import MMArrival, simulate, three_requests
 
 IMG = 9  # the marker token id in these tests
 
@@ -277,15 +277,6 @@ def test_splice_is_in_place_and_casts_dtype():
 # --- many steps ---------------------------------------------------------------------------------
 
 
-def three_requests():
-    shared = tuple(range(3, 23))
-    return [
-        MMArrival("A", shared + tuple(range(100, 210)), (feat("imgA", 40, 80),)),
-        MMArrival("B", tuple(range(300, 400)), (feat("imgB", 10, 80),)),
-        MMArrival("C", shared + tuple(range(400, 490)), (feat("imgA", 20, 80),), prefix_hit=16),
-    ]
-
-
 def test_three_request_doorstep_table():
     steps = simulate(three_requests(), token_budget=256, encoder_budget=100, cache_size=400)
     assert [s.scheduled for s in steps] == [
@@ -300,3 +291,153 @@ def test_zero_budget_step_is_delay_not_deadlock():
         simulate(arr, token_budget=64, encoder_budget=0, cache_size=100, max_steps=5)
     steps = simulate(arr, token_budget=20, encoder_budget=30, cache_size=30)
     assert [s.scheduled["r"] for s in steps] == [(20, (0,)), (20, ()), (10, ())]
+
+
+# --- the Scheduler (mini_vllm.scheduler applies the rule itself) --------------------------------
+
+
+def _scheduler(token_budget=256, encoder_budget=100, cache_size=400, caching=True, **kw):
+    from mini_vllm import Scheduler, create_engine_config
+
+    return Scheduler(create_engine_config(
+        block_size=16, num_gpu_blocks=kw.pop("num_gpu_blocks", 64), enable_prefix_caching=caching,
+        max_num_batched_tokens=token_budget, max_num_encoder_input_tokens=encoder_budget,
+        encoder_cache_size=cache_size, **kw,
+    ))
+
+
+def _request(rid, n, features, max_tokens=1):
+    from mini_vllm import Request, SamplingParams
+
+    return Request(rid, list(range(1000, 1000 + n)), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                   mm_features=features)
+
+
+def _step(sched):
+    out = sched.schedule()
+    sampled = {r.request_id: 1 for r in out.scheduled_requests if sched.needs_sample(r, out.num_scheduled_tokens[r.request_id])}
+    sched.update_from_output(out, sampled)
+    return out
+
+
+def test_scheduler_reproduces_the_three_request_table():
+    from mini_vllm.testing.mm_traces import run_mini
+
+    for caching, c_tokens in ((True, 94), (False, 110)):
+        steps = run_mini(three_requests(prefix_hit_for_c=0), 256, 100, 400, enable_prefix_caching=caching)
+        assert [s.scheduled for s in steps] == [
+            {"A": (130, (0,)), "B": (10, ()), "C": (c_tokens, ())},
+            {"B": (90, (0,))},
+        ], f"prefix caching {caching}: the Scheduler must apply the encoder rule to every chunk (got {steps})"
+
+
+def test_scheduler_budget_refills_every_step_and_the_doorstep_skips_only_that_request():
+    sched = _scheduler(token_budget=100, encoder_budget=30, caching=False)
+    sched.add_request(_request("r", 60, (feat("a", 10, 30), feat("b", 45, 10))))
+    sched.add_request(_request("t", 20, ()))
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r": 45, "t": 20} and out.scheduled_encoder_inputs == {"r": [0]}, (
+        f"step 0: image a (30) takes the whole encoder budget, r stops at b's doorstep (45); t, text only, runs: {out}"
+    )
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r": 15} and out.scheduled_encoder_inputs == {"r": [1]}, (
+        f"step 1: the budget is 30 again and pays for b: {out}"
+    )
+    assert not sched.has_unfinished_requests()
+
+
+def test_scheduler_waiting_request_at_its_doorstep_stops_admission():
+    sched = _scheduler(token_budget=100, encoder_budget=40, caching=False)
+    sched.add_request(_request("p", 50, (feat("x", 0, 40),)))
+    sched.add_request(_request("q", 50, (feat("y", 0, 40),)))
+    sched.add_request(_request("t", 10, ()))
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"p": 50}, (
+        f"q's image starts at 0 and the budget is spent: q gets 0 tokens, which stops admission (t waits behind it): {out}"
+    )
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"q": 50, "t": 10} and out.scheduled_encoder_inputs == {"q": [0]}
+
+
+def test_scheduler_encoder_cache_hit_skips_the_encoder_and_eviction_is_reported():
+    sched = _scheduler(token_budget=100, encoder_budget=40, cache_size=40, caching=False)
+    sched.add_request(_request("a", 50, (feat("img", 5, 40),)))
+    out = _step(sched)
+    assert out.scheduled_encoder_inputs == {"a": [0]} and not sched.has_unfinished_requests()
+    assert sched.encoder_cache_manager.freeable == {"img": 40}, "a finished: its entry stays, unreferenced (freeable)"
+    sched.add_request(_request("b", 50, (feat("img", 0, 40),)))
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"b": 50} and out.scheduled_encoder_inputs == {}, (
+        "the same image again: an encoder-cache hit, no encode, no budget spent"
+    )
+    sched.add_request(_request("c", 50, (feat("new", 0, 40),)))
+    out = _step(sched)
+    assert out.scheduled_encoder_inputs == {"c": [0]} and out.free_encoder_mm_hashes == ["img"], (
+        f"a new 40-embedding image needs the whole 40-slot cache: the freeable entry is evicted and reported: {out}"
+    )
+
+
+def test_scheduler_prefix_hits_depend_on_the_image():
+    sched = _scheduler(token_budget=256, encoder_budget=100)
+    sched.add_request(_request("a", 100, (feat("imgA", 40, 40),)))
+    sched.add_request(_request("b", 100, (feat("imgB", 40, 40),)))
+    sched.add_request(_request("c", 100, (feat("imgA", 40, 40),)))
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"a": 100, "b": 68, "c": 4}, (
+        "same tokens: b, under another image, reuses only blocks [0, 32) (block [32, 48) holds the image, whose hash is in"
+        " the key); c, the same image, reuses 6 blocks (96 tokens) and computes 4. Got "
+        f"{out.num_scheduled_tokens}"
+    )
+
+
+def test_scheduler_preemption_and_abort_release_encoder_references():
+    sched = _scheduler(token_budget=64, encoder_budget=40, caching=False, num_gpu_blocks=9, max_model_len=128)
+    sched.add_request(_request("a", 40, (feat("ia", 0, 32),), max_tokens=60))
+    sched.add_request(_request("b", 40, (feat("ib", 8, 32),), max_tokens=60))
+    _step(sched)
+    assert sched.encoder_cache_manager.cached["ia"] == set(), "a's image is wholly in the KV cache after its chunk"
+    for _ in range(200):
+        out = _step(sched)
+        if out.preempted_req_ids:
+            break
+    else:
+        pytest.fail("8 usable blocks for two growing requests: a preemption was expected within 200 steps")
+    victim = next(iter(out.preempted_req_ids))
+    assert all(victim not in refs for refs in sched.encoder_cache_manager.cached.values()), (
+        f"preempting {victim} must drop its encoder-cache references"
+    )
+    sched.finish_requests(list(sched.requests))
+    assert all(not refs for refs in sched.encoder_cache_manager.cached.values()), "an abort drops every reference"
+
+
+def test_scheduler_disable_chunked_mm_input():
+    sched = _scheduler(token_budget=30, encoder_budget=40, caching=False, disable_chunked_mm_input=True)
+    sched.add_request(_request("r", 60, (feat("i", 10, 40),)))
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r": 10} and out.scheduled_encoder_inputs == {}, (
+        f"a 30-token chunk would end inside the image: cut back to its start (10): {out}"
+    )
+
+
+def test_scheduler_refuses_images_it_could_never_run():
+    sched = _scheduler(encoder_budget=30, cache_size=100)
+    with pytest.raises(ValueError, match="needs 40 encoder embeddings, more than max_num_encoder_input_tokens=30"):
+        sched.add_request(_request("r", 60, (feat("i", 10, 40),)))
+    assert not sched.has_unfinished_requests() and not sched.waiting, "a refused request leaves no trace"
+    sched.add_request(_request("r", 60, (feat("i", 10, 30),)))
+    assert sched.get_request_counts() == (0, 1)
+    text_only = _scheduler(encoder_budget=0, cache_size=0)
+    with pytest.raises(ValueError, match="encoder_cache_size=0"):
+        text_only.add_request(_request("r", 60, (feat("i", 10, 1),)))
+
+
+def test_request_checks_its_images():
+    with pytest.raises(ValueError, match="prompt order and disjoint"):
+        _request("r", 60, (feat("a", 10, 20), feat("b", 25, 5)))
+    with pytest.raises(ValueError, match="past the 60-token prompt"):
+        _request("r", 60, (feat("a", 50, 20),))
+    with pytest.raises(TypeError, match="MultiModalFeature"):
+        _request("r", 60, (PlaceholderRange(1, 2),))
+    r = _request("r", 60, [feat("a", 10, 20)])
+    assert r.has_encoder_inputs and r.mm_features == (feat("a", 10, 20),)
+    assert not _request("t", 5, ()).has_encoder_inputs

@@ -1,9 +1,10 @@
 """Differential: mini_vllm.multimodal against vLLM 0.22.1's multimodal pieces on CPU.
 
 * The doorstep table: the real ``Scheduler`` with ``mm_features`` and an ``EncoderCacheManager``
-  (encoder budget set by hand: the stub model is text-only) against ``mm_traces.simulate``,
-  which applies ``try_schedule_encoder_inputs`` step by step, on the three-request trace and on
-  seeded random traces (shared images, several images per request, tight budgets and caches).
+  (encoder budget set by hand: the stub model is text-only) against mini_vllm's ``Scheduler``
+  (``mm_traces.run_mini``), step for step, on the three-request trace (prefix caching on and off)
+  and on seeded random traces (shared images, several images per request, tight budgets and
+  caches, and prompts repeated under other images, so prefix hits depend on the image keys).
 * The real ``EncoderCacheManager`` and mini's on the same operation sequence.
 * The real ``MultiModalHasher`` (content identity) and ``_merge_multimodal_embeddings`` (the splice
   and its count-mismatch message) against mini's.
@@ -22,7 +23,7 @@ from mini_vllm.multimodal import (
     PlaceholderRange,
     merge_multimodal_embeddings,
 )
-from mini_vllm.testing.mm_traces import MMArrival, simulate
+from mini_vllm.testing.mm_traces import MMArrival, run_mini, three_requests
 
 pytestmark = pytest.mark.upstream
 
@@ -40,57 +41,57 @@ def feat(name, offset, length):
     return MultiModalFeature(name, PlaceholderRange(offset, length))
 
 
-def three_requests():
-    shared = tuple(range(3, 23))  # A and C share their first 20 text tokens: one full 16-token block
-    return [
-        MMArrival("A", shared + tuple(range(100, 210)), (feat("imgA", 40, 80),)),
-        MMArrival("B", tuple(range(300, 400)), (feat("imgB", 10, 80),)),
-        MMArrival("C", shared + tuple(range(400, 490)), (feat("imgA", 20, 80),), prefix_hit=16),
-    ]
-
-
 def test_three_requests_match_the_real_scheduler(real):
     want = real.run_real(three_requests(), 256, 100, 400, enable_prefix_caching=True)
     assert [s.scheduled for s in want] == [
         {"A": (130, (0,)), "B": (10, ()), "C": (94, ())},
         {"B": (90, (0,))},
     ]
-    assert simulate(three_requests(), 256, 100, 400) == want
+    assert run_mini(three_requests(), 256, 100, 400, enable_prefix_caching=True) == want
 
 
 def test_c_gets_110_without_the_prefix_cache(real):
     """94 = 110 - 16: C's first block is A's first block (text only, before any image)."""
     want = real.run_real(three_requests(), 256, 100, 400, enable_prefix_caching=False)
     assert want[0].scheduled["C"] == (110, ())
+    assert run_mini(three_requests(), 256, 100, 400, enable_prefix_caching=False) == want
 
 
 def random_trace(rng):
     arrivals, base = [], 1000
     for k in range(rng.randint(1, 4)):
         n, feats, pos = rng.randint(20, 160), [], rng.randint(0, 20)
+        if arrivals and rng.random() < 0.35:  # an earlier prompt again, under its own images
+            prompt = arrivals[rng.randrange(len(arrivals))].prompt_token_ids
+            n = len(prompt)
+        else:
+            prompt = tuple(range(base, base + n))
+            base += n
         while pos < n - 5 and len(feats) < 3:
             length = rng.choice([8, 16, 30, 48])
             if pos + length > n:
                 break
             feats.append(feat(f"img{rng.randint(0, 3)}_{length}", pos, length))
             pos += length + rng.randint(0, 30)
-        arrivals.append(MMArrival(f"r{k}", tuple(range(base, base + n)), tuple(feats)))
-        base += n
+        arrivals.append(MMArrival(f"r{k}", prompt, tuple(feats)))
     return arrivals
 
 
 def test_random_traces_match_the_real_scheduler(real):
     rng = random.Random(13)
-    doorsteps = evictions = 0
+    doorsteps = evictions = hits = 0
     for case in range(30):
         trace = random_trace(rng)
         tb, eb, cs = rng.choice([16, 32, 64, 100]), rng.choice([48, 60, 100]), rng.choice([96, 120, 200])
-        want = real.run_real(trace, tb, eb, cs)
-        got = simulate(trace, tb, eb, cs)
-        assert got == want, f"case {case} (token budget {tb}, encoder budget {eb}, cache {cs}): {trace}"
+        caching = case % 2 == 1
+        want = real.run_real(trace, tb, eb, cs, enable_prefix_caching=caching)
+        got = run_mini(trace, tb, eb, cs, enable_prefix_caching=caching)
+        assert got == want, f"case {case} (token budget {tb}, encoder budget {eb}, cache {cs}, prefix caching {caching}): {trace}"
         evictions += sum(len(s.freed) for s in want)
         doorsteps += sum(1 for s in want for rid, (n, _) in s.scheduled.items() if n < tb and not _)
-    assert doorsteps > 0 and evictions > 0, "the random traces must exercise doorsteps and evictions"
+        hits += sum(sum(n for n, _ in (s.scheduled.get(a.request_id, (0, ())) for s in want)) < len(a.prompt_token_ids)
+                    for a in trace)
+    assert doorsteps > 0 and evictions > 0 and hits > 0, "the random traces must exercise doorsteps, evictions and prefix hits"
 
 
 def test_encoder_cache_manager_bookkeeping_matches(real):

@@ -1,5 +1,6 @@
-"""Multimodal step tables: the encoder rules of ``mini_vllm.multimodal`` driven step by step,
-and (``run_real``) the real vLLM ``Scheduler`` with ``mm_features`` on the same requests.
+"""Multimodal step tables on the same requests from three drivers: ``run_mini`` (mini_vllm's
+``Scheduler``, which applies the encoder rules itself), ``run_real`` (the real vLLM ``Scheduler``
+with ``mm_features``) and ``simulate`` (the encoder rule alone, pluggable, for lab 02).
 
 Every request has ``max_tokens=1``, so a step table shows only prefill chunks and encoder work,
 the part the encoder rules change. ``simulate`` follows the real scheduler's order: running
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from mini_vllm.multimodal import (
     EncoderCacheManager,
     MultiModalFeature,
+    PlaceholderRange,
     free_consumed_encoder_inputs,
     try_schedule_encoder_inputs,
 )
@@ -36,6 +38,25 @@ class MMStep:
 
     scheduled: dict[str, tuple[int, tuple[int, ...]]]
     freed: list[str] = field(default_factory=list)
+
+
+def three_requests(prefix_hit_for_c: int = 16) -> list[MMArrival]:
+    """The phase's running example: A (80-token image "imgA" at 40), B ("imgB" at 10), C (A's image
+    again, at 20). A and C share their first 20 text tokens, so with prefix caching C's first
+    16-token block (all text) is a hit: ``prefix_hit_for_c`` is what ``simulate`` gives C (the real
+    scheduler and mini_vllm's ``Scheduler`` find it themselves). Token budget 256 and encoder
+    budget 100 give: step 0 A 130 tokens + imgA, B 10 (its doorstep), C 94 (imgA is a hit);
+    step 1 B 90 + imgB."""
+    shared = tuple(range(3, 23))
+
+    def image(name: str, at: int) -> tuple[MultiModalFeature, ...]:
+        return (MultiModalFeature(name, PlaceholderRange(at, 80)),)
+
+    return [
+        MMArrival("A", shared + tuple(range(100, 210)), image("imgA", 40)),
+        MMArrival("B", tuple(range(300, 400)), image("imgB", 10)),
+        MMArrival("C", shared + tuple(range(400, 490)), image("imgA", 20), prefix_hit=prefix_hit_for_c),
+    ]
 
 
 def simulate(
@@ -92,6 +113,55 @@ def _plan_one(a, done, left, table, cache, rule) -> int:
     return n
 
 
+def _table_config(arrivals: Sequence[MMArrival], token_budget: int, enable_prefix_caching: bool):
+    """One config for both schedulers: ample KV blocks, seats for everyone, room for every prompt."""
+    from mini_vllm.testing.traces import SchedConfig
+
+    longest = max(len(a.prompt_token_ids) for a in arrivals)
+    return SchedConfig(
+        num_gpu_blocks=4 * sum(len(a.prompt_token_ids) // 16 + 2 for a in arrivals),
+        max_num_seqs=max(16, len(arrivals)),
+        max_num_batched_tokens=token_budget,
+        enable_prefix_caching=enable_prefix_caching,
+        max_model_len=max(2 * longest, token_budget) + 16,
+    )
+
+
+def run_mini(
+    arrivals: Sequence[MMArrival],
+    token_budget: int,
+    encoder_budget: int,
+    cache_size: int,
+    enable_prefix_caching: bool = False,
+    max_steps: int = 200,
+) -> list[MMStep]:
+    """mini_vllm's ``Scheduler`` with ``max_num_encoder_input_tokens = encoder_budget`` and
+    ``encoder_cache_size = cache_size``; prefix hits come from its own KV cache (``prefix_hit``
+    is ignored)."""
+    from mini_vllm import Request, SamplingParams, Scheduler, create_engine_config
+
+    c = _table_config(arrivals, token_budget, enable_prefix_caching)
+    sched = Scheduler(create_engine_config(
+        block_size=16, num_gpu_blocks=c.num_gpu_blocks, enable_prefix_caching=enable_prefix_caching,
+        max_num_seqs=c.max_num_seqs, max_num_batched_tokens=token_budget, max_model_len=c.max_model_len,
+        max_num_encoder_input_tokens=encoder_budget, encoder_cache_size=cache_size,
+    ))
+    for a in arrivals:
+        sched.add_request(Request(a.request_id, list(a.prompt_token_ids), SamplingParams(max_tokens=1, ignore_eos=True),
+                                  mm_features=a.features))
+    steps: list[MMStep] = []
+    for _ in range(max_steps):
+        if not sched.has_unfinished_requests():
+            return steps
+        out = sched.schedule()
+        enc = out.scheduled_encoder_inputs
+        table = {rid: (n, tuple(enc.get(rid, ()))) for rid, n in out.num_scheduled_tokens.items()}
+        steps.append(MMStep(table, list(out.free_encoder_mm_hashes)))
+        sampled = {r.request_id: 1 for r in out.scheduled_requests if sched.needs_sample(r, out.num_scheduled_tokens[r.request_id])}
+        sched.update_from_output(out, sampled)
+    raise RuntimeError(f"mini scheduler not finished after {max_steps} steps")
+
+
 def run_real(
     arrivals: Sequence[MMArrival],
     token_budget: int,
@@ -107,17 +177,8 @@ def run_real(
     from vllm.v1.core.encoder_cache_manager import EncoderCacheManager as VllmEncoderCacheManager
 
     from mini_vllm.testing.real_vllm import RealScheduler, VllmRequest, VllmSamplingParams
-    from mini_vllm.testing.traces import SchedConfig
 
-    longest = max(len(a.prompt_token_ids) for a in arrivals)
-    config = SchedConfig(
-        num_gpu_blocks=4 * sum(len(a.prompt_token_ids) // 16 + 2 for a in arrivals),
-        max_num_seqs=max(16, len(arrivals)),
-        max_num_batched_tokens=token_budget,
-        enable_prefix_caching=enable_prefix_caching,
-        max_model_len=max(2 * longest, token_budget) + 16,
-    )
-    real = RealScheduler(config)
+    real = RealScheduler(_table_config(arrivals, token_budget, enable_prefix_caching))
     sched = real.scheduler
     sched.max_num_encoder_input_tokens = encoder_budget
     sched.encoder_cache_manager = VllmEncoderCacheManager(cache_size=cache_size)

@@ -1,9 +1,9 @@
 """Draw doorstep_steps.svg: the three-request trace, step by step, under the encoder rules.
 
 Requests A (image at 40), B (image at 10) and C (A's image, at 20), 80-token images, a token
-budget of 256 and an encoder budget of 100 per step, scheduled by ``mini_vllm``'s encoder rules
-(``mini_vllm.testing.mm_traces.simulate``, which the course's tests check against the real vLLM
-scheduler). Each row is one request's prompt; the image span is outlined; the fill says in which
+budget of 256 and an encoder budget of 100 per step, scheduled by ``mini_vllm``'s ``Scheduler``
+with prefix caching on (``mini_vllm.testing.mm_traces.run_mini``, which the course's tests check
+against the real vLLM scheduler). Each row is one request's prompt; the image span is outlined; the fill says in which
 step each position was computed, grey for the prefix-cache hit.
 Run: python phase-13-multimodal-models/figures/doorstep_steps.py
 """
@@ -13,20 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from course.svgfig import BLUE, FAINT, GREY, INK, ORANGE, RED, Svg
-from mini_vllm.multimodal import MultiModalFeature, PlaceholderRange
-from mini_vllm.testing.mm_traces import MMArrival, simulate
+from mini_vllm.testing.mm_traces import MMArrival, run_mini, three_requests
 
 TOKEN_BUDGET, ENCODER_BUDGET, CACHE = 256, 100, 400
-
-
-def arrivals() -> list[MMArrival]:
-    shared = tuple(range(3, 23))
-    img = lambda name, at: (MultiModalFeature(name, PlaceholderRange(at, 80)),)  # noqa: E731
-    return [
-        MMArrival("A", shared + tuple(range(100, 210)), img("imgA", 40)),
-        MMArrival("B", tuple(range(300, 400)), img("imgB", 10)),
-        MMArrival("C", shared + tuple(range(400, 490)), img("imgA", 20), prefix_hit=16),
-    ]
 
 
 def draw(reqs: list[MMArrival], spans: dict[str, list[tuple[int, int, int]]], path: Path) -> None:
@@ -60,13 +49,14 @@ def draw(reqs: list[MMArrival], spans: dict[str, list[tuple[int, int, int]]], pa
 
 
 def main() -> None:
-    reqs = arrivals()
-    steps = simulate(reqs, TOKEN_BUDGET, ENCODER_BUDGET, CACHE)
-    done = {a.request_id: a.prefix_hit for a in reqs}
+    reqs = three_requests(prefix_hit_for_c=0)  # the scheduler finds C's prefix hit itself
+    steps = run_mini(reqs, TOKEN_BUDGET, ENCODER_BUDGET, CACHE, enable_prefix_caching=True)
+    # a request's prefix hit is whatever of its prompt no step computed (each has max_tokens=1)
+    done = {a.request_id: len(a.prompt_token_ids) - sum(s.scheduled.get(a.request_id, (0,))[0] for s in steps) for a in reqs}
     spans: dict[str, list[tuple[int, int, int]]] = {a.request_id: [] for a in reqs}
     for a in reqs:
-        if a.prefix_hit:
-            spans[a.request_id].append((-1, 0, a.prefix_hit))
+        if done[a.request_id]:
+            spans[a.request_id].append((-1, 0, done[a.request_id]))
     print(f"token budget {TOKEN_BUDGET}, encoder budget {ENCODER_BUDGET}/step, encoder cache {CACHE} embeddings")
     for step, s in enumerate(steps):
         cells = []

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from mini_vllm.multimodal import MultiModalFeature, PlaceholderRange
-from mini_vllm.testing.mm_traces import MMArrival, simulate
+from mini_vllm.multimodal import PlaceholderRange
+from mini_vllm.testing.mm_traces import MMArrival, simulate, three_requests
 
 
 def plan_chunk(
@@ -74,18 +74,6 @@ def doorstep_table(
     cache_size = sum(f.mm_position.length for a in arrivals for f in a.features)
     steps = simulate(arrivals, token_budget, encoder_budget, cache_size, rule=rule, max_steps=100)
     return [s.scheduled for s in steps]
-
-
-def three_requests() -> list[MMArrival]:
-    """A (image at 40), B (image at 10), C (A's image, at 20); 80-token images; A and C share
-    their first 20 text tokens, so the prefix cache gives C its first 16-token block."""
-    shared = tuple(range(3, 23))
-    img = lambda name, at: (MultiModalFeature(name, PlaceholderRange(at, 80)),)  # noqa: E731
-    return [
-        MMArrival("A", shared + tuple(range(100, 210)), img("imgA", 40)),
-        MMArrival("B", tuple(range(300, 400)), img("imgB", 10)),
-        MMArrival("C", shared + tuple(range(400, 490)), img("imgA", 20), prefix_hit=16),
-    ]
 
 
 def main() -> None:

@@ -10,7 +10,10 @@ scheduler is built on two numbers::
 Each step the scheduler hands out tokens so ``num_computed_tokens`` catches up with
 ``num_tokens``; prefill is "far behind", decode is "one behind".
 
-Left out: pooling, multimodal features, LoRA, structured output, spec-decode tokens, async
+``lora_request`` names the request's adapter (``mini_vllm.lora.LoRARequest``, None for the base
+model); the scheduler reads it for the ``max_loras`` rule.
+
+Left out: pooling, multimodal features, structured output, spec-decode tokens, async
 output placeholders, streaming sessions, events/stats, priority. ``RequestStatus`` keeps only
 the members mini uses, in upstream's order, so ``is_finished`` is still ``status > PREEMPTED``.
 ``is_finished`` is a property here (a method upstream), so ``if req.is_finished:`` is never a
@@ -24,6 +27,7 @@ import numbers
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
+from .lora import LoRARequest
 from .sampling_params import SamplingParams
 
 EOS_TOKEN_ID = 256  # ByteTokenizer's EOS
@@ -118,7 +122,10 @@ class Request:
         eos_token_id: int | None = EOS_TOKEN_ID,
         block_hasher: Callable[[Request], list[bytes]] | None = None,
         arrival_time: float = 0.0,
+        lora_request: LoRARequest | None = None,
     ) -> None:
+        if lora_request is not None and not isinstance(lora_request, LoRARequest):
+            raise TypeError(f"lora_request must be a LoRARequest or None, got {type(lora_request).__name__}")
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
         if isinstance(prompt_token_ids, (str, bytes)):
@@ -140,6 +147,7 @@ class Request:
         self.max_tokens = sampling_params.max_tokens
         self.eos_token_id = eos_token_id
         self.arrival_time = arrival_time
+        self.lora_request = lora_request
         self.status = RequestStatus.WAITING
         self.stop_reason: int | None = None  # the stop token that finished it, if any
 

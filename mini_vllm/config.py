@@ -3,7 +3,8 @@
 Mirrors ``vllm/config/cache.py`` (``CacheConfig``), ``vllm/config/scheduler.py``
 (``SchedulerConfig``, ``verify_max_model_len``), ``vllm/config/vllm.py`` (``VllmConfig``, the
 object every component receives) and the startup check of ``vllm/v1/core/kv_cache_utils.py``
-(``check_enough_kv_cache_memory``: one request of ``max_model_len`` tokens must fit the pool).
+(``check_enough_kv_cache_memory``: one request of ``max_model_len`` tokens must fit the pool),
+and ``vllm/config/lora.py`` (``LoRAConfig``: ``max_loras``, ``max_lora_rank``).
 ``create_engine_config`` plays ``EngineArgs.create_engine_config``: flat keyword arguments in,
 one validated ``VllmConfig`` out. Components never re-check what is checked here.
 
@@ -101,13 +102,28 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class LoRAConfig:
+    """Multi-LoRA (``vllm/config/lora.py``): at most ``max_loras`` distinct adapters per step."""
+
+    max_loras: int = 1
+    max_lora_rank: int = 16
+
+    def __post_init__(self) -> None:
+        _check_int("max_loras", self.max_loras, 1)
+        _check_int("max_lora_rank", self.max_lora_rank, 1)
+
+
+@dataclass(frozen=True)
 class VllmConfig:
     """Everything one engine is built from; ``scheduler_config.max_model_len`` is always set."""
 
     cache_config: CacheConfig = field(default_factory=CacheConfig)
     scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    lora_config: LoRAConfig | None = None  # None: LoRA off (upstream: enable_lora=False)
 
     def __post_init__(self) -> None:
+        if self.lora_config is not None and not isinstance(self.lora_config, LoRAConfig):
+            raise TypeError(f"lora_config must be a LoRAConfig or None, got {type(self.lora_config).__name__}")
         if not isinstance(self.cache_config, CacheConfig):
             raise TypeError(f"cache_config must be a CacheConfig, got {type(self.cache_config).__name__}")
         if not isinstance(self.scheduler_config, SchedulerConfig):
@@ -141,13 +157,25 @@ _CACHE_FIELDS = {f.name for f in fields(CacheConfig)}
 _SCHEDULER_FIELDS = {f.name for f in fields(SchedulerConfig)}
 
 
+_LORA_FIELDS = {f.name for f in fields(LoRAConfig)}
+
+
 def create_engine_config(**engine_args: Any) -> VllmConfig:
-    """Flat keyword arguments (``block_size=4, max_num_seqs=2, ...``) → one ``VllmConfig``."""
-    unknown = sorted(set(engine_args) - _CACHE_FIELDS - _SCHEDULER_FIELDS)
+    """Flat keyword arguments (``block_size=4, max_num_seqs=2, ...``) → one ``VllmConfig``.
+
+    ``enable_lora=True`` builds a ``LoRAConfig`` from ``max_loras`` / ``max_lora_rank``; those two
+    without ``enable_lora=True`` are refused (upstream ignores them silently)."""
+    enable_lora = engine_args.pop("enable_lora", False)
+    _check_bool("enable_lora", enable_lora)
+    unknown = sorted(set(engine_args) - _CACHE_FIELDS - _SCHEDULER_FIELDS - _LORA_FIELDS)
     if unknown:
-        known = ", ".join(sorted(_CACHE_FIELDS | _SCHEDULER_FIELDS))
+        known = ", ".join(sorted(_CACHE_FIELDS | _SCHEDULER_FIELDS | _LORA_FIELDS | {"enable_lora"}))
         raise TypeError(f"unknown engine argument(s) {unknown}; known: {known}")
+    lora_args = {k: v for k, v in engine_args.items() if k in _LORA_FIELDS}
+    if lora_args and not enable_lora:
+        raise ValueError(f"{sorted(lora_args)} given without enable_lora=True")
     return VllmConfig(
         CacheConfig(**{k: v for k, v in engine_args.items() if k in _CACHE_FIELDS}),
         SchedulerConfig(**{k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}),
+        LoRAConfig(**lora_args) if enable_lora else None,
     )

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .config import VllmConfig, create_engine_config
+from .lora import LoRARequest
 from .model import ToyModel
 from .outputs import RequestOutput
 from .request import Request, RequestStatus
@@ -103,14 +104,21 @@ class LLMEngine:
         prompt: Prompt,
         sampling_params: SamplingParams | None = None,
         request_id: str | None = None,
+        lora_request: LoRARequest | None = None,
     ) -> str:
         """Tokenize and queue a prompt (``str`` or token ids); returns its request id.
 
         Nothing is scheduled yet: admission happens in the next ``step()``. Ids default to
-        ``req-0, req-1, ...`` per engine (upstream's ``LLM`` counts the same way).
+        ``req-0, req-1, ...`` per engine (upstream's ``LLM`` counts the same way). A
+        ``lora_request`` needs an engine built with ``enable_lora=True``; the scheduler then admits
+        at most ``max_loras`` distinct adapters per step (the toy model itself applies no weights).
         """
         token_ids = self._tokenize(prompt)
         params = self._check_params(sampling_params)
+        if lora_request is not None and not isinstance(lora_request, LoRARequest):
+            raise TypeError(f"lora_request must be a LoRARequest or None, got {type(lora_request).__name__}")
+        if lora_request is not None and self.vllm_config.lora_config is None:
+            raise ValueError(f"Got lora_request {lora_request} but LoRA is not enabled (enable_lora=True)")
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
         if request_id is not None and request_id in self._prompts:
@@ -129,6 +137,7 @@ class LLMEngine:
             eos_token_id=self.tokenizer.eos_token_id,
             block_hasher=self.scheduler.kv_cache_manager.block_hasher,
             arrival_time=float(index),
+            lora_request=lora_request,
         )
         self.scheduler.add_request(request)
         seed = params.seed if params.seed is not None else self.seed + index

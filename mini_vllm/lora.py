@@ -13,10 +13,12 @@ Mirrors three parts of ``vllm/lora/`` and one line of the scheduler:
 * ``apply_batched`` ↔ ``PunicaWrapperCPU.add_lora_linear`` (``punica_cpu.py``): shrink
   ``x @ Aᵀ`` then expand ``@ Bᵀ`` per slot, rows grouped by slot index. Unlike the CPU torch ops
   at the pin, rows with index −1 are skipped, as the Triton kernels do.
-* ``admit_waiting`` ↔ the ``max_loras`` check in ``Scheduler.schedule``'s waiting loop
-  (``vllm/v1/core/sched/scheduler.py``): the running requests' adapters are counted first; a
-  waiting request whose adapter is new when ``max_loras`` distinct adapters are already claimed is
-  skipped for this step, and the loop goes on to later requests.
+* ``claim_adapter`` / ``admit_waiting`` ↔ the ``max_loras`` check in ``Scheduler.schedule``'s
+  waiting loop (``vllm/v1/core/sched/scheduler.py``): the running requests' adapters are counted
+  first; a waiting request whose adapter is new when ``max_loras`` distinct adapters are already
+  claimed is skipped for this step, and the loop goes on to later requests. ``mini_vllm.scheduler``
+  calls ``claim_adapter`` per waiting request; ``admit_waiting`` is the same rule over a whole
+  queue, as a pure function.
 
 Left out: loading adapters from disk (PEFT checkpoints), the host-side cache tier
 (``max_cpu_loras``), pinning, several target layers and packed slices (q/k/v), TP sharding,
@@ -275,9 +277,22 @@ def admit_waiting(
     for pos, lora_id in enumerate(waiting_lora_ids):
         if lora_id is not None and lora_id < 1:
             raise ValueError(f"waiting request {pos} has lora_int_id {lora_id}; use None for 'no adapter'")
-        if lora_id is not None and lora_id not in claimed:
-            if len(claimed) == max_loras:
-                continue  # would exceed max_loras: skip, keep walking
-            claimed.add(lora_id)
-        admitted.append(pos)
+        if claim_adapter(claimed, lora_id, max_loras):
+            admitted.append(pos)
+        # else: it would exceed max_loras: skip it, keep walking
     return admitted
+
+
+def claim_adapter(claimed: set[int], lora_id: int | None, max_loras: int) -> bool:
+    """The ``max_loras`` rule for one waiting request; the scheduler's waiting loop calls it.
+
+    True (pass) for a base request (``None``), for an adapter already in ``claimed``, and for a
+    new adapter while fewer than ``max_loras`` are claimed, which is then added to ``claimed``.
+    False (skip this request for this step) otherwise; ``claimed`` is then unchanged.
+    """
+    if lora_id is None or lora_id in claimed:
+        return True
+    if len(claimed) >= max_loras:
+        return False
+    claimed.add(lora_id)
+    return True

@@ -13,7 +13,10 @@ Each step the scheduler hands out tokens so ``num_computed_tokens`` catches up w
 Images (Phase 13): ``mm_features``, one ``MultiModalFeature`` per image in prompt order (its
 identifier and placeholder range); ``has_encoder_inputs`` says whether there are any.
 
-Left out: pooling, the multimodal data itself (only what the scheduler reads), LoRA, structured output, spec-decode tokens, async
+``lora_request`` names the request's adapter (``mini_vllm.lora.LoRARequest``, None for the base
+model); the scheduler reads it for the ``max_loras`` rule.
+
+Left out: pooling, the multimodal data itself (only what the scheduler reads), structured output, spec-decode tokens, async
 output placeholders, streaming sessions, events/stats, priority. ``RequestStatus`` keeps only
 the members mini uses, in upstream's order, so ``is_finished`` is still ``status > PREEMPTED``.
 ``is_finished`` is a property here (a method upstream), so ``if req.is_finished:`` is never a
@@ -27,6 +30,7 @@ import numbers
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
+from .lora import LoRARequest
 from .multimodal import MultiModalFeature
 from .sampling_params import SamplingParams
 
@@ -123,7 +127,10 @@ class Request:
         block_hasher: Callable[[Request], list[bytes]] | None = None,
         arrival_time: float = 0.0,
         mm_features: Sequence[MultiModalFeature] = (),
+        lora_request: LoRARequest | None = None,
     ) -> None:
+        if lora_request is not None and not isinstance(lora_request, LoRARequest):
+            raise TypeError(f"lora_request must be a LoRARequest or None, got {type(lora_request).__name__}")
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
         if isinstance(prompt_token_ids, (str, bytes)):
@@ -146,6 +153,7 @@ class Request:
         self.max_tokens = sampling_params.max_tokens
         self.eos_token_id = eos_token_id
         self.arrival_time = arrival_time
+        self.lora_request = lora_request
         self.status = RequestStatus.WAITING
         self.stop_reason: int | None = None  # the stop token that finished it, if any
 

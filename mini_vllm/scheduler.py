@@ -9,6 +9,9 @@ tokens so ``num_computed_tokens`` catches up with ``num_tokens``. A step::
     RUNNING, in order:   n = min(behind, threshold, budget, max_model_len-1-computed)
                          allocate_slots(n); on None preempt running[-1] and retry
     WAITING, FCFS:       only if nobody was preempted this step and len(running) < max_num_seqs;
+                         with LoRA on, a request whose adapter would make more than max_loras
+                         distinct adapters this step is skipped (the walk goes on; it keeps its
+                         place at the front for the next step);
                          prefix hits first; the whole current sequence must fit; without chunked
                          prefill a prompt that overflows the budget waits; a failure stops
                          admission (head-of-line blocking is deliberate)
@@ -26,8 +29,13 @@ allocated, and ``_commit_encoder_inputs`` books the encodes once it is. ``Schedu
 lists them (``scheduled_encoder_inputs``) with the hashes evicted from the encoder cache.
 
 Left out (see README): async scheduling and output placeholders, speculative decoding,
-structured output, encoder-decoder models and remote encoder caches, KV connectors, LoRA limits, PRIORITY policy, pipeline
+structured output, encoder-decoder models and remote encoder caches, KV connectors, PRIORITY policy, pipeline
 parallelism, pause states, stats beyond prefix-cache counters.
+
+LoRA: upstream keeps skipped requests in a second queue (``skipped_waiting``) that it walks
+before ``waiting``; mini puts them back at the front of its one queue, which is the same walk
+order except after a preemption: mini's preempted request goes ahead of the skipped ones,
+upstream's behind them.
 
 Deliberate difference: upstream advances ``num_computed_tokens`` at the end of ``schedule()``
 (``_update_after_schedule``) so an async scheduler can plan the next step before this one
@@ -44,6 +52,7 @@ from dataclasses import dataclass, field
 
 from .config import VllmConfig
 from .kv_cache import KVCacheManager
+from .lora import claim_adapter
 from .multimodal import (
     EncoderCacheManager,
     EncoderSchedule,
@@ -243,10 +252,14 @@ class Scheduler:
         # Then the WAITING requests, but never in a step that had to preempt.
         if not preempted:
             chunked = self.scheduler_config.enable_chunked_prefill
+            loras, skipped = self._running_loras(running_reqs), deque()
             while waiting and token_budget > 0:
                 if len(running) == self.max_num_running_reqs:
                     break
                 request = waiting[0]  # new or preempted: num_computed_tokens is 0 either way
+                if not self._lora_fits(request, loras):
+                    skipped.append(waiting.popleft())  # over max_loras: skip this step, keep walking
+                    continue
                 computed_blocks, num_computed = kv.get_computed_blocks(request)  # prefix-cache head start
                 # >= 1 because prefix hits stop at num_tokens - 1
                 num_new_tokens = request.num_tokens - num_computed
@@ -274,6 +287,7 @@ class Scheduler:
                 token_budget -= num_new_tokens
                 request.status = RequestStatus.RUNNING
                 request.num_computed_tokens = num_computed
+            waiting.extendleft(reversed(skipped))  # skipped requests keep their places at the front
 
         assert token_budget >= 0 and len(running) <= self.max_num_running_reqs
         output = SchedulerOutput(
@@ -291,6 +305,23 @@ class Scheduler:
         self.finished_req_ids = set()
         self._pending_output = output
         return output
+
+    def _running_loras(self, scheduled_running: list[Request]) -> set[int]:
+        """Adapters the running requests scheduled this step already claim (empty when LoRA is off)."""
+        if self.vllm_config.lora_config is None:
+            return set()
+        return {r.lora_request.lora_int_id for r in scheduled_running if r.lora_request is not None}
+
+    def _lora_fits(self, request: Request, loras: set[int]) -> bool:
+        """The ``max_loras`` rule (``mini_vllm.lora.claim_adapter``); claims the adapter when it fits.
+
+        Claiming before the KV checks is safe: after this point the request is admitted or the
+        walk stops, so a claimed adapter always has a request in this step.
+        """
+        lora_config = self.vllm_config.lora_config
+        if lora_config is None or request.lora_request is None:
+            return True
+        return claim_adapter(loras, request.lora_request.lora_int_id, lora_config.max_loras)
 
     def _clamp_new_tokens(self, num_new_tokens: int, token_budget: int) -> int:
         """Chunked prefill in one line: cap by ``long_prefill_token_threshold`` (0 = off), then the budget."""

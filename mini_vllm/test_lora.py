@@ -183,3 +183,113 @@ def test_admission_never_exceeds_and_is_maximal(waiting, max_loras):
     for i, lora_id in enumerate(waiting):
         if i not in got:  # a skipped request had a new adapter and the cap was full
             assert lora_id not in ids and len(ids) == max_loras
+
+
+# -- the scheduler's max_loras rule (mini_vllm.scheduler) --------------------------------------
+def lora_engine_parts(max_loras, max_num_batched_tokens=256, max_num_seqs=16):
+    from mini_vllm.config import create_engine_config
+    from mini_vllm.scheduler import Scheduler
+
+    return Scheduler(create_engine_config(num_gpu_blocks=128, block_size=4, max_num_batched_tokens=max_num_batched_tokens,
+                                          max_num_seqs=max_num_seqs, enable_lora=True, max_loras=max_loras))
+
+
+def add(sched, rid, lora_id, max_tokens=1, prompt=(5, 6, 7)):
+    from mini_vllm.request import Request
+    from mini_vllm.sampling_params import SamplingParams
+
+    lora = None if lora_id is None else LoRARequest(f"a{lora_id}", lora_id)
+    sched.add_request(Request(rid, list(prompt), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                              lora_request=lora))
+
+
+def step(sched):
+    out = sched.schedule()
+    sampled = {r.request_id: 9 for r in out.scheduled_requests
+               if sched.needs_sample(r, out.num_scheduled_tokens[r.request_id])}
+    sched.update_from_output(out, sampled)
+    return list(out.num_scheduled_tokens)
+
+
+def test_scheduler_admits_at_most_max_loras_adapters_and_skips_without_blocking():
+    sched = lora_engine_parts(max_loras=2)
+    for i, lora_id in enumerate([1, None, 2, 3, 1, None, 3, 4]):
+        add(sched, f"r{i}", lora_id)
+    assert step(sched) == ["r0", "r1", "r2", "r4", "r5"], (
+        "step 1: A1 and A2 claim the two slots, base rides free, A1 again is free, A3 and A4 are skipped "
+        "and the walk goes on (a skip is not a barrier)"
+    )
+    assert step(sched) == ["r3", "r6", "r7"], "step 2: the skipped requests, in their original order"
+    assert not sched.has_unfinished_requests()
+
+
+def test_running_requests_claim_their_adapters_first():
+    sched = lora_engine_parts(max_loras=1)
+    add(sched, "long", 1, max_tokens=3)
+    assert step(sched) == ["long"]
+    add(sched, "other", 2)
+    add(sched, "base", None)
+    add(sched, "same", 1)
+    assert step(sched) == ["long", "base", "same"], "A1 is running, so A2 must wait; base and A1 pass"
+    assert step(sched) == ["long"], "long's last token: A1 is still scheduled this step, so A2 still waits"
+    assert step(sched) == ["other"], "A1 finished: A2 gets the slot"
+
+
+def test_skipped_requests_keep_their_place_ahead_of_later_arrivals():
+    sched = lora_engine_parts(max_loras=1)
+    add(sched, "a1", 1, max_tokens=2)
+    add(sched, "a2-first", 2)
+    assert step(sched) == ["a1"]
+    add(sched, "a2-later", 2)
+    add(sched, "a3", 3)
+    assert step(sched) == ["a1"]
+    assert step(sched) == ["a2-first", "a2-later"], (
+        "a skipped request goes back to the FRONT of waiting (upstream walks skipped_waiting first): "
+        "a2-first is admitted before a2-later, and a3 waits"
+    )
+    assert step(sched) == ["a3"]
+
+
+def test_skipped_requests_go_ahead_of_the_requests_the_walk_never_reached():
+    sched = lora_engine_parts(max_loras=1, max_num_seqs=2)
+    for rid, lora_id in [("x", 1), ("y", 2), ("z", None), ("w", None)]:
+        add(sched, rid, lora_id)
+    assert step(sched) == ["x", "z"], "x claims the slot, y is skipped, z takes the second seat and the walk stops"
+    assert step(sched) == ["y", "w"], (
+        "y was skipped, w was never reached: y goes back AHEAD of w (upstream walks skipped_waiting before waiting)"
+    )
+
+
+def test_skipped_requests_cost_no_budget():
+    sched = lora_engine_parts(max_loras=1, max_num_batched_tokens=6)
+    add(sched, "x", 1, prompt=(1, 2, 3))
+    add(sched, "y", 2, prompt=(1, 2, 3, 4, 5, 6))
+    add(sched, "z", None, prompt=(7, 8, 9))
+    assert step(sched) == ["x", "z"], "y is skipped for its adapter before it takes any of the 6-token budget"
+
+
+def test_lora_config_and_request_checks():
+    from mini_vllm.config import LoRAConfig, create_engine_config
+    from mini_vllm.engine import LLMEngine
+    from mini_vllm.request import Request
+
+    with pytest.raises(ValueError, match="max_loras must be >= 1"):
+        LoRAConfig(max_loras=0)
+    with pytest.raises(TypeError, match="max_loras must be an int"):
+        LoRAConfig(max_loras=True)
+    with pytest.raises(ValueError, match="without enable_lora=True"):
+        create_engine_config(max_loras=2)
+    assert create_engine_config().lora_config is None
+    assert create_engine_config(enable_lora=True, max_loras=3).lora_config == LoRAConfig(max_loras=3)
+    with pytest.raises(TypeError, match="lora_request must be a LoRARequest"):
+        Request("r", [1, 2], lora_request=1)
+    engine = LLMEngine(num_gpu_blocks=64, block_size=4)
+    with pytest.raises(ValueError, match="LoRA is not enabled"):
+        engine.add_request([1, 2, 3], lora_request=LoRARequest("a", 1))
+    assert engine.add_request([1, 2, 3]) == "req-0", "a refused request must not consume an id"
+    lora_engine = LLMEngine(num_gpu_blocks=64, block_size=4, enable_lora=True, max_loras=1)
+    lora_engine.add_request([1, 2, 3], lora_request=LoRARequest("a", 1))
+    lora_engine.add_request([1, 2, 3], lora_request=LoRARequest("b", 2))
+    first = lora_engine.step()
+    assert lora_engine.scheduler.get_request_counts() == (1, 1), "max_loras=1: the second adapter waits a step"
+    assert not first or all(o.request_id == "req-0" for o in first)

@@ -9,7 +9,9 @@
   Triton kernels skip −1 rows. Upstream PRs vllm#48421 / #49656 propose the masked fix; when the
   pin moves past a fix, ``test_cpu_ops_give_base_rows_the_last_slot`` must be flipped.
 * ``admit_waiting`` makes the same admission decisions as the real ``Scheduler`` built with a
-  ``LoRAConfig`` when adapters outnumber ``max_loras``.
+  ``LoRAConfig`` when adapters outnumber ``max_loras``, and so does mini's own ``Scheduler``
+  (which calls the same rule in its waiting loop): step by step, the same requests with the same
+  token counts in the same order, under token-budget pressure and with chunked prefill.
 """
 
 import random
@@ -113,8 +115,8 @@ def lora_scheduler_factory():
     import mini_vllm.testing.real_vllm as R
     from mini_vllm.testing.traces import SchedConfig
 
-    def build(max_loras):
-        config = SchedConfig(num_gpu_blocks=256, max_num_batched_tokens=1024)
+    def build(max_loras, budget=1024, max_num_seqs=16):
+        config = SchedConfig(num_gpu_blocks=256, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs)
         vllm_config = R.make_vllm_config(config)
         vllm_config.lora_config = LoRAConfig(max_loras=max_loras, max_lora_rank=8)
         real = R.RealScheduler.__new__(R.RealScheduler)
@@ -177,3 +179,56 @@ def test_real_scheduler_on_the_guide_queue(lora_scheduler_factory):
     assert first == {"r0", "r1", "r2", "r4", "r5"}, f"step 1 admitted {sorted(first)}"
     assert second == {"r3", "r6", "r7"}, f"step 2 admitted {sorted(second)}"
     assert admit_waiting(set(), [1, None, 2, 3, 1, None, 3, 4], 2) == [0, 1, 2, 4, 5]
+
+
+@pytest.mark.parametrize("max_loras, budget", [(1, 1024), (2, 1024), (3, 1024), (2, 12)],
+                         ids=["1-slot", "2-slots", "3-slots", "2-slots-budget-12"])
+def test_mini_scheduler_makes_the_real_schedulers_lora_decisions(lora_scheduler_factory, max_loras, budget):
+    import dataclasses
+
+    from mini_vllm.config import LoRAConfig
+    from mini_vllm.lora import LoRARequest
+    from mini_vllm.request import Request
+    from mini_vllm.sampling_params import SamplingParams
+    from mini_vllm.scheduler import Scheduler
+    from mini_vllm.testing.traces import SchedConfig
+
+    rng = random.Random(100 + max_loras + budget)
+    seats = min(16, budget)  # vLLM requires max_num_batched_tokens >= max_num_seqs
+    real, _ = lora_scheduler_factory(max_loras, budget, seats)
+    config = SchedConfig(num_gpu_blocks=256, max_num_batched_tokens=budget, max_num_seqs=seats)
+    mini = Scheduler(dataclasses.replace(config.to_vllm_config(), lora_config=LoRAConfig(max_loras=max_loras)))
+    from vllm.lora.request import LoRARequest as VllmLoRARequest
+    from vllm.sampling_params import SamplingParams as VllmSamplingParams
+
+    import mini_vllm.testing.real_vllm as R
+
+    arrivals = [(rng.randrange(8), f"r{i}", rng.choice([None, 1, 2, 3, 4, 5]), rng.randint(1, 4),
+                 [rng.randrange(3, 250) for _ in range(rng.randint(2, 9))]) for i in range(24)]
+    skipped_somewhere = full_budget = False
+    for step in range(200):
+        for t, rid, lora_id, n, prompt in arrivals:
+            if t == step:
+                lora = None if lora_id is None else VllmLoRARequest(f"a{lora_id}", lora_id, "/adapters/a")
+                real.scheduler.add_request(R.VllmRequest(
+                    request_id=rid, prompt_token_ids=list(prompt),
+                    sampling_params=VllmSamplingParams(max_tokens=n, ignore_eos=True),
+                    pooling_params=None, block_hasher=real.block_hasher, lora_request=lora))
+                mini.add_request(Request(rid, list(prompt), SamplingParams(max_tokens=n, ignore_eos=True),
+                                         block_hasher=mini.kv_cache_manager.block_hasher,
+                                         lora_request=None if lora_id is None else LoRARequest(f"a{lora_id}", lora_id)))
+        skipped_somewhere |= bool(real.scheduler.skipped_waiting)
+        want = list(real.step().num_scheduled_tokens.items())
+        full_budget |= sum(n for _, n in want) == budget
+        out = mini.schedule()
+        got = list(out.num_scheduled_tokens.items())
+        assert got == want, f"step {step}, max_loras={max_loras}, budget {budget}: vLLM scheduled {want}, mini {got}"
+        mini.update_from_output(out, {r.request_id: 40 for r in out.scheduled_requests
+                                      if Scheduler.needs_sample(r, out.num_scheduled_tokens[r.request_id])})
+        if step > 8 and not real.scheduler.has_unfinished_requests():
+            assert not mini.has_unfinished_requests(), "vLLM finished every request, mini did not"
+            break
+    else:
+        pytest.fail("trace not finished after 200 steps")
+    assert skipped_somewhere, "the trace must make adapters outnumber slots at least once (a skipped request)"
+    assert full_budget == (budget == 12), "the small budget must be exhausted in some step (and 1024 never)"

@@ -234,6 +234,80 @@ def structured_outputs(model: str, requests: dict[str, dict[str, Any]], prompt: 
                   "token_ids": list(o.outputs[0].token_ids)} for rid, o in zip(requests, outs, strict=True)}
 
 
+def write_peft_adapter(folder: str, model: str, rank: int, seed: int, alpha: int = 16, std: float = 0.1,
+                       targets: tuple[str, ...] = ("q_proj", "v_proj")) -> str:
+    """A PEFT LoRA checkpoint for ``model`` in ``folder`` (``adapter_config.json`` and
+    ``adapter_model.safetensors``), ``lora_A``/``lora_B`` of every target in every layer drawn from
+    a seeded normal. PEFT trains B from zeros; here B is random so the adapter visibly changes tokens."""
+    import json as _json
+    import os
+
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = _json.loads((Path(model) / "config.json").read_text())
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or hidden // heads
+    out = {"q_proj": heads * head_dim, "k_proj": cfg["num_key_value_heads"] * head_dim,
+           "v_proj": cfg["num_key_value_heads"] * head_dim, "o_proj": hidden}
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for layer in range(cfg["num_hidden_layers"]):
+        for t in targets:
+            stem = f"base_model.model.model.layers.{layer}.self_attn.{t}"
+            in_dim = heads * head_dim if t == "o_proj" else hidden
+            tensors[f"{stem}.lora_A.weight"] = torch.randn(rank, in_dim, generator=g) * std
+            tensors[f"{stem}.lora_B.weight"] = torch.randn(out[t], rank, generator=g) * std
+    os.makedirs(folder, exist_ok=True)
+    save_file(tensors, str(Path(folder) / "adapter_model.safetensors"))
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha,
+              "target_modules": list(targets), "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False,
+              "base_model_name_or_path": model, "modules_to_save": None, "use_rslora": False, "use_dora": False}
+    (Path(folder) / "adapter_config.json").write_text(_json.dumps(config))
+    return folder
+
+
+@job
+def lora_phases(model: str, max_loras: int, adapters: list[int], phases: list[dict[str, Any]],
+                max_lora_rank: int = 8, **llm_kwargs: Any) -> dict[str, Any]:
+    """One ``vllm.LLM`` with ``enable_lora``, then one ``generate`` call per phase, in order.
+
+    ``adapters``: the ``lora_int_id`` of each adapter to write (seeded by its id, rank 8, q/v_proj,
+    in a temporary folder). Each phase is ``{"requests": [[prompt_ids, lora_id or null], ...],
+    "max_tokens": n}``; all its requests reach the scheduler before the phase's first step. Before
+    each phase the job prints ``COURSE_PHASE <i>`` and the engine logs one ``Iteration(N)`` line
+    per step, so the caller can count a phase's steps in the output. Returns the greedy tokens per
+    phase and request. The pin-memory shim (``course.runtime.engine_unpinned``) is loaded in the job
+    and, as the worker extension, in the worker process.
+    """
+    import os
+    import tempfile
+
+    os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.lora.request import LoRARequest
+
+    import course.runtime.engine_unpinned  # noqa: F401  (the shim, in this process)
+
+    tmp = tempfile.mkdtemp(prefix="course_lora_")
+    handles = {i: LoRARequest(f"adapter-{i}", i, write_peft_adapter(f"{tmp}/a{i}", model, max_lora_rank, seed=i))
+               for i in adapters}
+    llm = make_llm(model, enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank,
+                   enable_logging_iteration_details=True,
+                   worker_extension_cls="course.runtime.engine_unpinned.UnpinnedH2D", **llm_kwargs)
+    tokens = []
+    for i, phase in enumerate(phases):
+        print(f"COURSE_PHASE {i}", flush=True)
+        params = SamplingParams(max_tokens=phase["max_tokens"], temperature=0.0, ignore_eos=True)
+        prompts = [TokensPrompt(prompt_token_ids=list(p)) for p, _ in phase["requests"]]
+        loras = [None if lid is None else handles[lid] for _, lid in phase["requests"]]
+        outs = llm.generate(prompts, params, lora_request=loras, use_tqdm=False)
+        tokens.append([list(o.outputs[0].token_ids) for o in outs])
+    print(f"COURSE_PHASE {len(phases)}", flush=True)
+    return {"tokens": tokens}
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] not in JOBS:
         print(f"usage: python -m course.runtime.engine_jobs {{{','.join(JOBS)}}} KWARGS_JSON OUT_JSON", file=sys.stderr)

@@ -149,3 +149,24 @@ def test_bad_inputs_are_refused():
     assert not eng.has_unfinished_requests(), "a refused call queues nothing"
     (out,) = eng.beam_search("abcde", params)  # one str is one prompt; 5 + 3 fits exactly
     assert len(out.sequences) == 2
+
+
+def test_each_beam_step_is_one_engine_request_per_beam_with_upstreams_params():
+    eng = LLMEngine(seed=4)
+    calls = []
+    generate = eng.generate
+
+    def spy(prompts, params):
+        calls.append((list(prompts), params))
+        return generate(prompts, params)
+
+    eng.generate = spy
+    params = BeamSearchParams(beam_width=2, max_tokens=3, temperature=0.7, ignore_eos=True)
+    (out,) = eng.beam_search(["ab"], params)
+    assert [len(p) for p, _ in calls] == [1, 2, 2], "step 1 runs the prompt, later steps one request per live beam"
+    for step, (prompts, sp) in enumerate(calls):
+        assert (sp.max_tokens, sp.logprobs, sp.temperature, sp.n) == (1, 4, 0.7, 1), (
+            "a beam step asks for one token, 2 * beam_width logprobs, at the search's temperature"
+        )
+        assert all(p[:2] == [97, 98] and len(p) == 2 + step for p in prompts), "a beam's request is its whole sequence"
+    assert all(len(s.tokens) == 5 for s in out.sequences), "with ignore_eos every beam runs max_tokens steps"

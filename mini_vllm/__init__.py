@@ -5,6 +5,7 @@ never imports torch or vllm; ``mini_vllm.testing.real_vllm`` does, lazily, for t
 differential tests and the benchmark.
 """
 
+from .beam_search import BeamSearchOutput, BeamSearchSequence, get_beam_search_score
 from .block_pool import (
     NONE_HASH,
     BlockHashToBlockMap,
@@ -26,19 +27,23 @@ from .cudagraph import (
 from .engine import LLMEngine
 from .kv_cache import KVCacheManager, PrefixCacheStats
 from .model import ToyModel
-from .outputs import RequestOutput
+from .outputs import CompletionOutput, RequestOutput
+from .parallel_sampling import ParentRequest
 from .request import Request, RequestStatus
 from .sampler import Sampler
-from .sampling_params import SamplingParams
+from .sampling_params import BeamSearchParams, SamplingParams
 from .scheduler import Scheduler, SchedulerOutput
 from .tokenizer import ByteTokenizer
 
 __all__ = [
-    "NONE_HASH",
+    "BeamSearchOutput",
+    "BeamSearchParams",
+    "BeamSearchSequence",
     "BlockHashToBlockMap",
     "BlockPool",
     "ByteTokenizer",
     "CacheConfig",
+    "CompletionOutput",
     "FreeKVCacheBlockQueue",
     "GraphEntry",
     "GraphRunner",
@@ -46,6 +51,8 @@ __all__ = [
     "KVCacheManager",
     "LLMEngine",
     "LaunchCounter",
+    "NONE_HASH",
+    "ParentRequest",
     "PiecewiseGraphRunner",
     "PrefixCacheStats",
     "Request",
@@ -60,6 +67,7 @@ __all__ = [
     "VllmConfig",
     "create_engine_config",
     "default_capture_sizes",
+    "get_beam_search_score",
     "hash_block_tokens",
     "run_eager",
     "select_capture_size",

@@ -6,6 +6,10 @@ heart of ``vllm/v1/engine/core.py`` (``EngineCore.step``). Everything runs in on
 thread: no ZMQ front end, no executor/worker processes, no detokenizer process, no async
 scheduling, no streaming outputs.
 
+A request with ``SamplingParams.n > 1`` is fanned out in ``add_request`` into ``n`` child
+requests (``parallel_sampling.py``); ``_make_output`` folds a finished child back into its
+parent's output. ``beam_search`` (``beam_search.py``) drives this engine one token at a time.
+
 One step, exactly as upstream orders it::
 
     out = scheduler.schedule()                           # who runs, how many tokens each
@@ -24,13 +28,16 @@ from typing import Any
 
 import numpy as np
 
+from .beam_search import BeamSearchOutput
+from .beam_search import beam_search as run_beam_search
 from .config import VllmConfig, create_engine_config
 from .lora import LoRARequest
 from .model import ToyModel
-from .outputs import RequestOutput
+from .outputs import CompletionOutput, RequestOutput
+from .parallel_sampling import ParentRequest
 from .request import Request, RequestStatus
 from .sampler import Sampler
-from .sampling_params import SamplingParams
+from .sampling_params import BeamSearchParams, SamplingParams
 from .scheduler import Scheduler
 from .tokenizer import ByteTokenizer
 
@@ -66,6 +73,8 @@ class LLMEngine:
         self._next_index = 0  # per-engine request counter: ids req-0, req-1, ...
         self._prompts: dict[str, str | None] = {}  # request id -> prompt text (None for token ids)
         self._generators: dict[str, np.random.Generator] = {}  # one RNG per request
+        self._parent_requests: dict[str, ParentRequest] = {}  # parent id -> parent (n > 1), until done
+        self._parent_of: dict[str, ParentRequest] = {}  # child id -> its parent, until the child is done
 
     # -- requests --------------------------------------------------------------------------
     def _tokenize(self, prompt: Prompt) -> list[int]:
@@ -99,6 +108,12 @@ class LLMEngine:
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
         return sampling_params
 
+    def _id_taken(self, request_id: str, n: int) -> bool:
+        """True when ``request_id`` or (for ``n > 1``) one of its child ids is in use."""
+        if request_id in self._prompts or request_id in self._parent_requests:
+            return True
+        return n > 1 and any(ParentRequest.child_request_id(i, request_id) in self._prompts for i in range(n))
+
     def add_request(
         self,
         prompt: Prompt,
@@ -109,9 +124,13 @@ class LLMEngine:
         """Tokenize and queue a prompt (``str`` or token ids); returns its request id.
 
         Nothing is scheduled yet: admission happens in the next ``step()``. Ids default to
-        ``req-0, req-1, ...`` per engine (upstream's ``LLM`` counts the same way). A
-        ``lora_request`` needs an engine built with ``enable_lora=True``; the scheduler then admits
-        at most ``max_loras`` distinct adapters per step (the toy model itself applies no weights).
+        ``req-0, req-1, ...`` per engine (upstream's ``LLM`` counts the same way). With
+        ``n > 1`` the request is queued as ``n`` children ``"{i}_{request_id}"`` (upstream's
+        ``ParentRequest``); the id returned is the parent's, which ``abort_request`` accepts.
+        An unseeded request draws from ``default_rng(engine seed + its index)``; unseeded
+        children from ``default_rng([engine seed + index, child index])``. A ``lora_request``
+        needs an engine built with ``enable_lora=True``; the scheduler then admits at most
+        ``max_loras`` distinct adapters per step (the toy model itself applies no weights).
         """
         token_ids = self._tokenize(prompt)
         params = self._check_params(sampling_params)
@@ -119,17 +138,42 @@ class LLMEngine:
             raise TypeError(f"lora_request must be a LoRARequest or None, got {type(lora_request).__name__}")
         if lora_request is not None and self.vllm_config.lora_config is None:
             raise ValueError(f"Got lora_request {lora_request} but LoRA is not enabled (enable_lora=True)")
+        n = params.n
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
-        if request_id is not None and request_id in self._prompts:
-            raise ValueError(f"request id {request_id!r} is already in use")
+        if request_id is not None and self._id_taken(request_id, n):
+            raise ValueError(f"request id {request_id!r} (or one of its {n} child ids) is already in use")
         index = self._next_index
         self._next_index += 1
         if request_id is None:
             request_id = f"req-{index}"
-            while request_id in self._prompts:  # a caller took this name explicitly
+            while self._id_taken(request_id, n):  # a caller took this name explicitly
                 request_id = f"req-{self._next_index}"
                 self._next_index += 1
+        text = prompt if isinstance(prompt, str) else None
+        if n == 1:
+            seed = params.seed if params.seed is not None else self.seed + index
+            self._queue(request_id, token_ids, params, index, text, seed, lora_request)
+            return request_id
+        parent = ParentRequest(request_id, params)
+        self._parent_requests[request_id] = parent
+        for i in range(n):
+            child_id, child_params = parent.get_child_info(i)
+            seed = child_params.seed if child_params.seed is not None else [self.seed + index, i]
+            self._queue(child_id, token_ids, child_params, index, text, seed, lora_request)
+            self._parent_of[child_id] = parent
+        return request_id
+
+    def _queue(
+        self,
+        request_id: str,
+        token_ids: list[int],
+        params: SamplingParams,
+        index: int,
+        text: str | None,
+        seed: Any,
+        lora_request: LoRARequest | None,
+    ) -> None:
         request = Request(
             request_id,
             token_ids,
@@ -140,15 +184,29 @@ class LLMEngine:
             lora_request=lora_request,
         )
         self.scheduler.add_request(request)
-        seed = params.seed if params.seed is not None else self.seed + index
         self._generators[request_id] = np.random.default_rng(seed)
-        self._prompts[request_id] = prompt if isinstance(prompt, str) else None
-        return request_id
+        self._prompts[request_id] = text
 
     def abort_request(self, request_id: str | Sequence[str]) -> list[RequestOutput]:
-        """Finish request(s) now with reason ``"abort"``; returns their outputs."""
-        finished = self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
-        return [self._make_output(r) for r in finished]
+        """Finish request(s) now with reason ``"abort"``; returns their outputs.
+
+        A parent id (``n > 1``) aborts its children still running and returns the parent's one
+        output (its children finished earlier keep their own finish reasons).
+        """
+        ids = [request_id] if isinstance(request_id, str) else list(request_id)
+        child_ids: list[str] = []
+        for rid in ids:
+            parent = self._parent_requests.get(rid) if isinstance(rid, str) else None
+            if parent is None:
+                child_ids.append(rid)
+            else:
+                child_ids.extend(sorted(parent.child_requests, key=lambda c: int(c.split("_", 1)[0])))
+        finished = self.scheduler.finish_requests(child_ids, RequestStatus.FINISHED_ABORTED)
+        outputs: dict[str, RequestOutput] = {}
+        for r in finished:
+            out = self._make_output(r)
+            outputs[out.request_id] = out  # a parent's last output is its finished one
+        return list(outputs.values())
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
@@ -177,18 +235,31 @@ class LLMEngine:
         return [self._make_output(r) for r in finished]
 
     def _make_output(self, request: Request) -> RequestOutput:
+        """The output for a finished request; a child's is its parent's (finished once all are)."""
         rid = request.request_id
         prompt = self._prompts.pop(rid, None)
         self._generators.pop(rid, None)
         token_ids = list(request.output_token_ids)
+        parent = self._parent_of.pop(rid, None)
+        completion = CompletionOutput(
+            index=0 if parent is None else int(rid.split("_", 1)[0]),
+            text=self.tokenizer.decode(token_ids),
+            token_ids=token_ids,
+            finish_reason=request.get_finished_reason(),
+            stop_reason=request.stop_reason,
+        )
+        completions, finished = [completion], request.is_finished
+        if parent is not None:
+            completions, finished = parent.get_outputs(rid, completion)
+            if finished:
+                del self._parent_requests[parent.request_id]
+            rid = parent.request_id
         return RequestOutput(
             request_id=rid,
             prompt=prompt,
             prompt_token_ids=list(request.prompt_token_ids),
-            token_ids=token_ids,
-            text=self.tokenizer.decode(token_ids),
-            finish_reason=request.get_finished_reason(),
-            finished=request.is_finished,
+            outputs=completions,
+            finished=finished,
         )
 
     def generate(
@@ -222,6 +293,10 @@ class LLMEngine:
         wanted = set(ids)
         while self.has_unfinished_requests() and len(results) < len(ids):
             for output in self.step():
-                if output.request_id in wanted:
+                if output.request_id in wanted and output.finished:  # a parent reports once per child
                     results[output.request_id] = output
         return [results[rid] for rid in ids]
+
+    def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams) -> list[BeamSearchOutput]:
+        """Beam search over this engine, one token per beam per step (see ``beam_search.py``)."""
+        return run_beam_search(self, prompts, params)

@@ -1,8 +1,13 @@
-"""What the engine hands back for a finished request.
+"""What the engine hands back for a request: its completions.
 
-Mirrors ``vllm/outputs.py`` (``RequestOutput`` with its ``CompletionOutput``) flattened into one
-record, since mini generates exactly one completion per request (no ``n``, no beam search) and
-only returns finished requests (no streaming deltas).
+Mirrors ``vllm/outputs.py``: ``RequestOutput`` holds ``outputs: list[CompletionOutput]``, one
+completion per sample (``n`` of them when ``SamplingParams.n > 1``, in index order; see
+``parallel_sampling.py``). For the common ``n = 1`` case ``token_ids``, ``text`` and
+``finish_reason`` read the first completion, so code written before ``n`` existed keeps working.
+
+Left out: per-token logprobs and the cumulative logprob in ``CompletionOutput``, prompt logprobs,
+metrics, LoRA, streaming deltas (mini returns a request's output when it finishes; a parent with
+``n > 1`` also reports, unfinished, each time one of its children finishes).
 """
 
 from __future__ import annotations
@@ -11,11 +16,34 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class CompletionOutput:
+    index: int  # which of the request's n samples (0 when n = 1)
+    text: str  # token_ids decoded, EOS skipped
+    token_ids: list[int]  # generated tokens (an EOS that stopped generation is included)
+    finish_reason: str | None  # "stop", "length" or "abort"; None while it runs
+    stop_reason: int | None = None  # the stop token id that finished it, if one did
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True)
 class RequestOutput:
     request_id: str
     prompt: str | None  # the prompt text, or None when the prompt was given as token ids
     prompt_token_ids: list[int]
-    token_ids: list[int]  # generated tokens (an EOS that stopped generation is included)
-    text: str  # token_ids decoded, EOS skipped
-    finish_reason: str | None  # "stop", "length" or "abort"
-    finished: bool
+    outputs: list[CompletionOutput]  # finished completions, in index order
+    finished: bool  # every completion is finished
+
+    # The single-completion view (n = 1): the first completion's fields.
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def text(self) -> str:
+        return self.outputs[0].text
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.outputs[0].finish_reason

@@ -4,8 +4,10 @@ Mirrors ``vllm/sampling_params.py`` (``SamplingParams``) and keeps only the knob
 engine implements: ``max_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``,
 ``ignore_eos`` and ``stop_token_ids``, plus the sampler's knobs (Phase 09): ``min_p``,
 ``presence_penalty``, ``frequency_penalty``, ``repetition_penalty``, ``logit_bias``,
-``min_tokens``, ``allowed_token_ids``, ``bad_words_token_ids`` and ``logprobs``. Left out:
-``n``/``best_of``, stop strings, structured output, custom logits processors.
+``min_tokens``, ``allowed_token_ids``, ``bad_words_token_ids`` and ``logprobs``, and ``n``
+(parallel sampling, Phase 09: the engine fans the request out, see ``parallel_sampling.py``).
+``BeamSearchParams`` (the knobs of ``beam_search.py``) lives here as it does upstream. Left out:
+``best_of``, stop strings, structured output, custom logits processors.
 
 Differences from upstream, on purpose:
 
@@ -14,7 +16,11 @@ Differences from upstream, on purpose:
 * ``max_tokens`` is required to be an int ``>= 1`` (upstream allows ``None`` = "until max_model_len");
 * bad words are given as token-id sequences (upstream takes strings and tokenizes them into
   ``_bad_words_token_ids``); ``logit_bias`` is stored as a sorted tuple of ``(token_id, bias)``
-  pairs so the frozen object stays hashable; ``logprobs=-1`` (the whole vocabulary) is not offered.
+  pairs so the frozen object stays hashable; ``logprobs=-1`` (the whole vocabulary) is not offered;
+* ``n`` must be an ``int`` (a ``bool`` is refused) and a wrong type raises ``TypeError`` (upstream:
+  ``ValueError``); its range is upstream's: ``1 <= n <= MAX_N_SEQUENCES`` (upstream's default
+  ``VLLM_MAX_N_SEQUENCES``), and ``n > 1`` with greedy sampling is refused (the n samples would
+  be n copies of one).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from dataclasses import dataclass, field
 
 # Below this temperature sampling is greedy (same constant as upstream's _SAMPLING_EPS).
 SAMPLING_EPS = 1e-5
+# Most samples one request may ask for (upstream's default VLLM_MAX_N_SEQUENCES).
+MAX_N_SEQUENCES = 16384
 
 
 def _is_int(x: object) -> bool:
@@ -51,6 +59,7 @@ class SamplingParams:
     allowed_token_ids: tuple[int, ...] | None = None
     bad_words_token_ids: tuple[tuple[int, ...], ...] = field(default=())
     logprobs: int | None = None
+    n: int = 1
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens):
@@ -81,12 +90,24 @@ class SamplingParams:
                 raise ValueError(f"stop_token_ids must hold non-negative ints, got {tok!r}")
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in stops))
         self._check_sampler_knobs()
+        self._check_n()
         object.__setattr__(self, "max_tokens", int(self.max_tokens))
         object.__setattr__(self, "top_k", int(self.top_k))
         if self.seed is not None:
             object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_p", float(self.top_p))
+
+    def _check_n(self) -> None:
+        if not _is_int(self.n):
+            raise TypeError(f"n must be an int, got {self.n!r}")
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1, got {self.n}")
+        if self.n > MAX_N_SEQUENCES:
+            raise ValueError(f"n must be at most {MAX_N_SEQUENCES}, got {self.n}")
+        if self.n > 1 and self.temperature < SAMPLING_EPS:
+            raise ValueError(f"n must be 1 when using greedy sampling (temperature 0), got {self.n}")
+        object.__setattr__(self, "n", int(self.n))
 
     def _check_sampler_knobs(self) -> None:
         for name, lo, hi in (
@@ -162,3 +183,40 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         """True when the sampler takes the argmax (temperature below ``SAMPLING_EPS``)."""
         return self.temperature < SAMPLING_EPS
+
+
+@dataclass(frozen=True)
+class BeamSearchParams:
+    """The knobs of beam search (upstream: ``BeamSearchParams`` in ``vllm/sampling_params.py``).
+
+    ``beam_width`` hypotheses live on each step; ``max_tokens`` steps at most; ``temperature``
+    picks the one token each beam step samples (0: the argmax, upstream's default);
+    ``length_penalty`` is the exponent of the length in the score (see ``beam_search.py``).
+    Left out: ``include_stop_str_in_output`` (mini has no stop strings).
+    """
+
+    beam_width: int
+    max_tokens: int
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    length_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("beam_width", "max_tokens"):
+            v = getattr(self, name)
+            if not _is_int(v):
+                raise TypeError(f"{name} must be an int, got {v!r}")
+            if v < 1:
+                raise ValueError(f"{name} must be at least 1, got {v}")
+            object.__setattr__(self, name, int(v))
+        if not isinstance(self.ignore_eos, bool):
+            raise TypeError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        for name in ("temperature", "length_penalty"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError(f"{name} must be a float, got {v!r}")
+            if not math.isfinite(v):
+                raise ValueError(f"{name} must be finite, got {v}")
+            object.__setattr__(self, name, float(v))
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")

@@ -10,8 +10,15 @@ One step, exactly as upstream orders it::
 
     out = scheduler.schedule()                           # who runs, how many tokens each
     logits = model.forward(last token, its position)     # one row per scheduled request
-    tokens = sampler.sample_batch(rows that needs_sample) # mid-prefill chunks sample nothing
+    tokens = sampler.sample_batch(rows that needs_sample, # mid-prefill chunks sample nothing
+                                  each row's history)     # Phase 09: what penalties etc. read
     finished = scheduler.update_from_output(out, tokens) # advance counters, stop, free KV
+
+The history (``_sample``) is what upstream's ``InputBatch`` hands the sampler through
+``SamplingMetadata``: each request's output ids (penalties, bad words, min-tokens) and, for the
+repetition penalty, its prompt ids. A batch whose requests set none of those knobs passes none,
+so it samples exactly as before the knobs existed. EOS joins the min-tokens ban, as upstream's
+``all_stop_token_ids`` does.
 
 The toy model only needs the *last* scheduled position of each request (it ignores the KV
 cache), so a 100-token prefill chunk costs one row, not 100.
@@ -36,6 +43,12 @@ from .tokenizer import ByteTokenizer
 Prompt = str | Sequence[int]
 
 
+def _reads_output(sp: SamplingParams) -> bool:
+    """Whether a request's sampling reads its output so far (penalties, bad words, min-tokens)."""
+    return bool(sp.presence_penalty or sp.frequency_penalty or sp.repetition_penalty != 1.0
+                or sp.bad_words_token_ids or sp.min_tokens)
+
+
 class LLMEngine:
     """A whole (tiny) inference engine: ``add_request`` + ``step``, or just ``generate``."""
 
@@ -58,7 +71,7 @@ class LLMEngine:
         self.vllm_config = vllm_config
         self.tokenizer = ByteTokenizer()
         self.model = ToyModel(vocab_size=self.tokenizer.vocab_size)  # fixed "weights": seed is for sampling
-        self.sampler = Sampler()
+        self.sampler = Sampler(eos_token_id=self.tokenizer.eos_token_id)  # min_tokens bans EOS too
         self.seed = seed
         self.max_model_len = vllm_config.max_model_len
         self.scheduler = Scheduler(vllm_config)
@@ -158,14 +171,28 @@ class LLMEngine:
             rows = [i for i, (r, k) in enumerate(zip(reqs, n)) if Scheduler.needs_sample(r, k)]
             if rows:
                 wanted = [reqs[i] for i in rows]
-                tokens = self.sampler.sample_batch(
-                    logits[rows],
-                    [r.sampling_params for r in wanted],
-                    [self._generators[r.request_id] for r in wanted],
-                )
+                tokens = self._sample(wanted, logits[rows])
                 sampled = {r.request_id: t for r, t in zip(wanted, tokens)}
         finished = self.scheduler.update_from_output(out, sampled)
         return [self._make_output(r) for r in finished]
+
+    def _sample(self, wanted: list[Request], logits: np.ndarray) -> list[int]:
+        """One token per row: the sampler gets what upstream's ``SamplingMetadata`` carries.
+
+        Per row: the params, the request's own generator, and its token history when a knob
+        reads it (upstream's ``InputBatch`` keeps ``output_token_ids`` and, for penalties, the
+        prompt ids). Output history feeds penalties, bad words and min-tokens; the prompt only
+        the repetition penalty. A batch that sets none of them passes no history at all.
+        """
+        params = [r.sampling_params for r in wanted]
+        generators = [self._generators[r.request_id] for r in wanted]
+        needs = [_reads_output(sp) for sp in params]
+        if not any(needs):
+            return self.sampler.sample_batch(logits, params, generators)
+        outputs = [r.output_token_ids if n else () for r, n in zip(wanted, needs)]
+        prompts = [r.prompt_token_ids if sp.repetition_penalty != 1.0 else () for r, sp in zip(wanted, params)]
+        return self.sampler.sample_batch(logits, params, generators, output_token_ids=outputs,
+                                         prompt_token_ids=prompts)
 
     def _make_output(self, request: Request) -> RequestOutput:
         rid = request.request_id

@@ -13,7 +13,7 @@ from .block_pool import (
     KVCacheBlock,
     hash_block_tokens,
 )
-from .config import CacheConfig, SchedulerConfig, VllmConfig, create_engine_config
+from .config import CacheConfig, ParallelConfig, SchedulerConfig, VllmConfig, create_engine_config
 from .cudagraph import (
     GraphEntry,
     GraphRunner,
@@ -46,6 +46,7 @@ __all__ = [
     "KVCacheManager",
     "LLMEngine",
     "LaunchCounter",
+    "ParallelConfig",
     "PiecewiseGraphRunner",
     "PrefixCacheStats",
     "Request",

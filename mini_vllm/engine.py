@@ -2,14 +2,19 @@
 
 Mirrors ``vllm/v1/engine/llm_engine.py`` (``LLMEngine``: ``add_request``, ``step``,
 ``has_unfinished_requests``), the offline ``vllm/entrypoints/llm.py`` (``LLM.generate``) and the
-heart of ``vllm/v1/engine/core.py`` (``EngineCore.step``). Everything runs in one process and one
-thread: no ZMQ front end, no executor/worker processes, no detokenizer process, no async
-scheduling, no streaming outputs.
+heart of ``vllm/v1/engine/core.py`` (``EngineCore.step``). The engine runs in one process and one
+thread: no ZMQ front end, no detokenizer process, no async scheduling, no streaming outputs. The
+forward goes through an executor, as upstream's ``EngineCore`` → ``Executor`` → workers
+(``executor.py``): ``tensor_parallel_size=1`` with the ``"uni"`` backend (the default) keeps one
+worker in this process; ``"mp"`` starts one worker process per rank, and their vocabulary shards
+are all-gathered into the same logits, bit for bit. ``shutdown()`` (or ``with LLMEngine(...)``,
+or garbage collection, or interpreter exit) stops the workers; a worker that dies makes ``step()`` raise
+``WorkerDiedError`` instead of hanging, and the engine is shut down from then on.
 
 One step, exactly as upstream orders it::
 
     out = scheduler.schedule()                           # who runs, how many tokens each
-    logits = model.forward(last token, its position)     # one row per scheduled request
+    logits = model_executor.execute_model(out).logits    # one row per scheduled request
     tokens = sampler.sample_batch(rows that needs_sample, # mid-prefill chunks sample nothing
                                   each row's history)     # Phase 09: what penalties etc. read
     finished = scheduler.update_from_output(out, tokens) # advance counters, stop, free KV
@@ -32,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from .config import VllmConfig, create_engine_config
-from .model import ToyModel
+from .executor import Executor, make_executor
 from .outputs import RequestOutput
 from .request import Request, RequestStatus
 from .sampler import Sampler
@@ -58,7 +63,8 @@ class LLMEngine:
         Pass a ``VllmConfig``, or the flat engine arguments it is made from (``num_gpu_blocks``,
         ``block_size``, ``enable_prefix_caching``, ``max_num_seqs``, ``max_num_batched_tokens``,
         ``max_model_len``, ``long_prefill_token_threshold``, ``enable_chunked_prefill``; see
-        ``config.py``). ``max_model_len`` (prompt + output tokens) defaults to what the pool
+        ``config.py``), and the parallel ones (``tensor_parallel_size``,
+        ``distributed_executor_backend``). ``max_model_len`` (prompt + output tokens) defaults to what the pool
         holds, ``(num_gpu_blocks - 1) * block_size``, and may not exceed it. ``seed`` seeds
         sampling only.
         """
@@ -70,7 +76,11 @@ class LLMEngine:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.vllm_config = vllm_config
         self.tokenizer = ByteTokenizer()
-        self.model = ToyModel(vocab_size=self.tokenizer.vocab_size)  # fixed "weights": seed is for sampling
+        parallel = vllm_config.parallel_config
+        # fixed "weights" (model seed 0): ``seed`` is for sampling
+        self.model_executor: Executor = make_executor(
+            self.tokenizer.vocab_size, parallel.tensor_parallel_size, backend=parallel.distributed_executor_backend
+        )
         self.sampler = Sampler(eos_token_id=self.tokenizer.eos_token_id)  # min_tokens bans EOS too
         self.seed = seed
         self.max_model_len = vllm_config.max_model_len
@@ -78,6 +88,35 @@ class LLMEngine:
         self._next_index = 0  # per-engine request counter: ids req-0, req-1, ...
         self._prompts: dict[str, str | None] = {}  # request id -> prompt text (None for token ids)
         self._generators: dict[str, np.random.Generator] = {}  # one RNG per request
+
+    @property
+    def model(self) -> Executor:
+        """The model as the engine sees it: the executor answers ``ToyModel.forward``'s contract."""
+        return self.model_executor
+
+    @property
+    def collectives_per_step(self) -> list[int]:
+        """Collectives the TP group issued, one entry per forward (0 at TP=1; 1 all-gather at TP>1)."""
+        return self.model_executor.collectives_per_step
+
+    # -- lifetime --------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop the workers (idempotent). The engine refuses further steps and requests.
+
+        Without it, the multiprocess executor's own finalizer kills its workers when it is garbage
+        collected or at interpreter exit, so no worker outlives the engine's process.
+        """
+        self.model_executor.shutdown()
+
+    def _check_alive(self) -> None:
+        if self.model_executor.is_shut_down:
+            raise RuntimeError("the engine is shut down (shutdown() was called or a worker died); build a new one")
+
+    def __enter__(self) -> LLMEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
     # -- requests --------------------------------------------------------------------------
     def _tokenize(self, prompt: Prompt) -> list[int]:
@@ -122,6 +161,7 @@ class LLMEngine:
         Nothing is scheduled yet: admission happens in the next ``step()``. Ids default to
         ``req-0, req-1, ...`` per engine (upstream's ``LLM`` counts the same way).
         """
+        self._check_alive()
         token_ids = self._tokenize(prompt)
         params = self._check_params(sampling_params)
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
@@ -160,14 +200,13 @@ class LLMEngine:
     # -- the loop --------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one engine step; return the requests that finished during it."""
+        self._check_alive()
         out = self.scheduler.schedule()
         reqs = out.scheduled_requests
         sampled: dict[str, int] = {}
         if reqs:
             n = [out.num_scheduled_tokens[r.request_id] for r in reqs]
-            positions = [r.num_computed_tokens + k - 1 for r, k in zip(reqs, n)]
-            last_tokens = [r.all_token_ids[p] for r, p in zip(reqs, positions)]
-            logits = self.model.forward(np.array(last_tokens), np.array(positions))
+            logits = self.model_executor.execute_model(out).logits  # rows in scheduling order
             rows = [i for i, (r, k) in enumerate(zip(reqs, n)) if Scheduler.needs_sample(r, k)]
             if rows:
                 wanted = [reqs[i] for i in rows]

@@ -29,7 +29,7 @@ from .model import ToyModel
 from .outputs import RequestOutput
 from .request import Request, RequestStatus
 from .sampler import Sampler
-from .sampling_params import SamplingParams
+from .sampling_params import SamplingParams, StructuredOutputsParams
 from .scheduler import Scheduler, SchedulerOutput
 from .tokenizer import ByteTokenizer
 
@@ -57,6 +57,7 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "SchedulerOutput",
+    "StructuredOutputsParams",
     "ToyModel",
     "VllmConfig",
     "create_engine_config",

@@ -15,8 +15,10 @@ One step, exactly as upstream orders it::
 
     out = scheduler.schedule()                           # who runs, how many tokens each
     logits = model_executor.execute_model(out).logits    # one row per scheduled request
+    logits = apply the grammar bitmask to constrained rows # Phase 12: illegal tokens -> -inf
     tokens = sampler.sample_batch(rows that needs_sample, # mid-prefill chunks sample nothing
                                   each row's history)     # Phase 09: what penalties etc. read
+    advance each constrained request's grammar by its token
     finished = scheduler.update_from_output(out, tokens) # advance counters, stop, free KV
 
 The history (``_sample``) is what upstream's ``InputBatch`` hands the sampler through
@@ -24,6 +26,21 @@ The history (``_sample``) is what upstream's ``InputBatch`` hands the sampler th
 repetition penalty, its prompt ids. A batch whose requests set none of those knobs passes none,
 so it samples exactly as before the knobs existed. EOS joins the min-tokens ban, as upstream's
 ``all_stop_token_ids`` does.
+
+Structured outputs (``_apply_grammar_bitmask``, ``_accept_grammar_tokens``): a request whose
+``SamplingParams.structured_outputs`` asks for a regex, a choice or a JSON object gets a grammar
+from ``structured_output_manager`` (``grammar.py``; upstream's ``StructuredOutputManager``) when
+it is added. Each step the manager fills one row of ``ceil(V / 32)`` int32 words per constrained
+request that samples, the engine sets every logit whose bit is 0 to ``-inf`` before the sampler
+(upstream's ``apply_grammar_bitmask``; EOS's bit is set only in an accepting state), and the
+sampled token advances the grammar. An output that stops (EOS) therefore matches its grammar; one
+cut by ``max_tokens`` is a legal prefix. A batch without such requests skips both helpers.
+
+Hook for speculative decoding (not implemented here): a request's drafts are trimmed to what its
+grammar accepts with ``structured_output_manager.validate_draft_tokens(request_id, drafts)``
+before they are scheduled, ``grammar_bitmask(grammars, spec_tokens)`` then gives k + 1 rows per
+request (one per verified position), and ``_accept_grammar_tokens`` takes a list of accepted
+tokens per request as well as a single token.
 
 The toy model only needs the *last* scheduled position of each request (it ignores the KV
 cache), so a 100-token prefill chunk costs one row, not 100.
@@ -38,6 +55,7 @@ import numpy as np
 
 from .config import VllmConfig, create_engine_config
 from .executor import Executor, make_executor
+from .grammar import GrammarCompiler, StructuredOutputManager, apply_bitmask, byte_vocab
 from .outputs import RequestOutput
 from .request import Request, RequestStatus
 from .sampler import Sampler
@@ -85,6 +103,9 @@ class LLMEngine:
         self.seed = seed
         self.max_model_len = vllm_config.max_model_len
         self.scheduler = Scheduler(vllm_config)
+        self.structured_output_manager = StructuredOutputManager(
+            GrammarCompiler(byte_vocab()), vllm_config.scheduler_config.max_num_seqs
+        )
         self._next_index = 0  # per-engine request counter: ids req-0, req-1, ...
         self._prompts: dict[str, str | None] = {}  # request id -> prompt text (None for token ids)
         self._generators: dict[str, np.random.Generator] = {}  # one RNG per request
@@ -142,12 +163,13 @@ class LLMEngine:
             )
         return token_ids
 
-    @staticmethod
-    def _check_params(sampling_params: SamplingParams | None) -> SamplingParams:
+    def _check_params(self, sampling_params: SamplingParams | None) -> SamplingParams:
         if sampling_params is None:
             return SamplingParams()
         if not isinstance(sampling_params, SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
+        if sampling_params.structured_outputs is not None:  # compiles (cached): a bad regex fails here
+            self.structured_output_manager.compile(sampling_params.structured_outputs)
         return sampling_params
 
     def add_request(
@@ -183,6 +205,8 @@ class LLMEngine:
             block_hasher=self.scheduler.kv_cache_manager.block_hasher,
             arrival_time=float(index),
         )
+        if params.structured_outputs is not None:
+            self.structured_output_manager.grammar_init(request_id, params.structured_outputs)
         self.scheduler.add_request(request)
         seed = params.seed if params.seed is not None else self.seed + index
         self._generators[request_id] = np.random.default_rng(seed)
@@ -210,8 +234,9 @@ class LLMEngine:
             rows = [i for i, (r, k) in enumerate(zip(reqs, n)) if Scheduler.needs_sample(r, k)]
             if rows:
                 wanted = [reqs[i] for i in rows]
-                tokens = self._sample(wanted, logits[rows])
+                tokens = self._sample(wanted, self._apply_grammar_bitmask(wanted, logits[rows]))
                 sampled = {r.request_id: t for r, t in zip(wanted, tokens)}
+                self._accept_grammar_tokens(sampled)
         finished = self.scheduler.update_from_output(out, sampled)
         return [self._make_output(r) for r in finished]
 
@@ -233,10 +258,34 @@ class LLMEngine:
         return self.sampler.sample_batch(logits, params, generators, output_token_ids=outputs,
                                          prompt_token_ids=prompts)
 
+    def _apply_grammar_bitmask(self, wanted: list[Request], logits: np.ndarray) -> np.ndarray:
+        """Ban, in place, every token a constrained row's grammar does not allow; returns ``logits``.
+
+        ``logits`` holds one row per request of ``wanted`` (a copy the engine owns). Only the
+        constrained rows get a bitmask row, in batch order, as upstream's ``GrammarOutput`` lists them.
+        """
+        grammars = self.structured_output_manager.grammars
+        if not grammars:
+            return logits
+        idx = [i for i, r in enumerate(wanted) if r.request_id in grammars]
+        if idx:
+            bitmask = self.structured_output_manager.grammar_bitmask([grammars[wanted[i].request_id] for i in idx])
+            logits[idx] = apply_bitmask(logits[idx], bitmask)
+        return logits
+
+    def _accept_grammar_tokens(self, sampled: dict[str, int | Sequence[int]]) -> None:
+        """Advance each constrained request's grammar by its sampled token(s)."""
+        manager = self.structured_output_manager
+        if manager.grammars:
+            for rid, tokens in sampled.items():
+                if manager.should_advance(rid):
+                    manager.accept_tokens(rid, [tokens] if isinstance(tokens, int) else tokens)
+
     def _make_output(self, request: Request) -> RequestOutput:
         rid = request.request_id
         prompt = self._prompts.pop(rid, None)
         self._generators.pop(rid, None)
+        self.structured_output_manager.free(rid)
         token_ids = list(request.output_token_ids)
         return RequestOutput(
             request_id=rid,

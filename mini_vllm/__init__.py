@@ -14,7 +14,7 @@ from .block_pool import (
     KVCacheBlock,
     hash_block_tokens,
 )
-from .config import CacheConfig, SchedulerConfig, VllmConfig, create_engine_config
+from .config import CacheConfig, ParallelConfig, SchedulerConfig, VllmConfig, create_engine_config
 from .cudagraph import (
     GraphEntry,
     GraphRunner,
@@ -31,7 +31,7 @@ from .outputs import CompletionOutput, RequestOutput
 from .parallel_sampling import ParentRequest
 from .request import Request, RequestStatus
 from .sampler import Sampler
-from .sampling_params import BeamSearchParams, SamplingParams
+from .sampling_params import BeamSearchParams, SamplingParams, StructuredOutputsParams
 from .scheduler import Scheduler, SchedulerOutput
 from .tokenizer import ByteTokenizer
 
@@ -52,6 +52,7 @@ __all__ = [
     "LLMEngine",
     "LaunchCounter",
     "NONE_HASH",
+    "ParallelConfig",
     "ParentRequest",
     "PiecewiseGraphRunner",
     "PrefixCacheStats",
@@ -63,6 +64,7 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "SchedulerOutput",
+    "StructuredOutputsParams",
     "ToyModel",
     "VllmConfig",
     "create_engine_config",

@@ -201,7 +201,7 @@ def baseline_sample(logits: np.ndarray, params: SamplingParams, generator: np.ra
 
 
 class BaselineSampler:
-    def sample_batch(self, logits, params, generators) -> list[int]:
+    def sample_batch(self, logits, params, generators, output_token_ids=None, prompt_token_ids=None) -> list[int]:
         return [baseline_sample(row, sp, g) for row, sp, g in zip(logits, params, generators)]
 
 

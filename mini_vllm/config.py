@@ -1,7 +1,8 @@
 """Engine configuration: one home per setting, validated once, when the object is built.
 
 Mirrors ``vllm/config/cache.py`` (``CacheConfig``), ``vllm/config/scheduler.py``
-(``SchedulerConfig``, ``verify_max_model_len``), ``vllm/config/vllm.py`` (``VllmConfig``, the
+(``SchedulerConfig``, ``verify_max_model_len``), ``vllm/config/parallel.py`` (``ParallelConfig``:
+``tensor_parallel_size``, ``distributed_executor_backend``), ``vllm/config/vllm.py`` (``VllmConfig``, the
 object every component receives) and the startup check of ``vllm/v1/core/kv_cache_utils.py``
 (``check_enough_kv_cache_memory``: one request of ``max_model_len`` tokens must fit the pool),
 and ``vllm/config/lora.py`` (``LoRAConfig``: ``max_loras``, ``max_lora_rank``).
@@ -23,8 +24,11 @@ Rules, with upstream's where upstream has one:
   text-only engine. Upstream derives both from the largest item the model accepts
   (``compute_mm_encoder_budget``); mini takes them as settings, and the scheduler refuses a
   request with an image larger than either (it could never run).
+* ``tensor_parallel_size >= 1``; ``distributed_executor_backend`` is ``"uni"`` (one worker in the
+  engine's process, TP=1 only), ``"mp"`` (one worker process per rank) or ``None``, which picks
+  ``"uni"`` at TP=1 and ``"mp"`` above it, as upstream does on one host.
 
-Left out: everything about devices, memory fractions, dtypes, swap space, the model itself,
+Left out: pipeline, data and context parallelism, Ray, everything about devices, memory fractions, dtypes, swap space, the model itself,
 and upstream's ``max_num_batched_tokens >= max_num_seqs`` rule (see README: mini accepts a
 budget smaller than the seat count; the budget then bounds the batch first).
 """
@@ -101,6 +105,35 @@ class SchedulerConfig:
             )
 
 
+EXECUTOR_BACKENDS = ("uni", "mp")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """How many tensor-parallel ranks, and where their workers live."""
+
+    tensor_parallel_size: int = 1
+    distributed_executor_backend: str | None = None  # None: "uni" at TP=1, "mp" above
+
+    def __post_init__(self) -> None:
+        _check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
+        backend = self.distributed_executor_backend
+        if backend is None:
+            backend = "uni" if self.tensor_parallel_size == 1 else "mp"
+            object.__setattr__(self, "distributed_executor_backend", backend)
+        if backend not in EXECUTOR_BACKENDS:
+            raise ValueError(f"distributed_executor_backend must be one of {EXECUTOR_BACKENDS} or None, got {backend!r}")
+        if backend == "uni" and self.tensor_parallel_size != 1:
+            raise ValueError(
+                f"the 'uni' backend runs one worker in the engine's process; tensor_parallel_size="
+                f"{self.tensor_parallel_size} needs distributed_executor_backend='mp'"
+            )
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size  # no pipeline parallelism
+
+
 @dataclass(frozen=True)
 class LoRAConfig:
     """Multi-LoRA (``vllm/config/lora.py``): at most ``max_loras`` distinct adapters per step."""
@@ -119,6 +152,7 @@ class VllmConfig:
 
     cache_config: CacheConfig = field(default_factory=CacheConfig)
     scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
     lora_config: LoRAConfig | None = None  # None: LoRA off (upstream: enable_lora=False)
 
     def __post_init__(self) -> None:
@@ -129,6 +163,10 @@ class VllmConfig:
         if not isinstance(self.scheduler_config, SchedulerConfig):
             raise TypeError(
                 f"scheduler_config must be a SchedulerConfig, got {type(self.scheduler_config).__name__}"
+            )
+        if not isinstance(self.parallel_config, ParallelConfig):
+            raise TypeError(
+                f"parallel_config must be a ParallelConfig, got {type(self.parallel_config).__name__}"
             )
         cache, sched = self.cache_config, self.scheduler_config
         capacity = cache.num_usable_tokens
@@ -155,6 +193,7 @@ class VllmConfig:
 
 _CACHE_FIELDS = {f.name for f in fields(CacheConfig)}
 _SCHEDULER_FIELDS = {f.name for f in fields(SchedulerConfig)}
+_PARALLEL_FIELDS = {f.name for f in fields(ParallelConfig)}
 
 
 _LORA_FIELDS = {f.name for f in fields(LoRAConfig)}
@@ -167,9 +206,10 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
     without ``enable_lora=True`` are refused (upstream ignores them silently)."""
     enable_lora = engine_args.pop("enable_lora", False)
     _check_bool("enable_lora", enable_lora)
-    unknown = sorted(set(engine_args) - _CACHE_FIELDS - _SCHEDULER_FIELDS - _LORA_FIELDS)
+    fields = _CACHE_FIELDS | _SCHEDULER_FIELDS | _PARALLEL_FIELDS | _LORA_FIELDS
+    unknown = sorted(set(engine_args) - fields)
     if unknown:
-        known = ", ".join(sorted(_CACHE_FIELDS | _SCHEDULER_FIELDS | _LORA_FIELDS | {"enable_lora"}))
+        known = ", ".join(sorted(fields | {"enable_lora"}))
         raise TypeError(f"unknown engine argument(s) {unknown}; known: {known}")
     lora_args = {k: v for k, v in engine_args.items() if k in _LORA_FIELDS}
     if lora_args and not enable_lora:
@@ -177,5 +217,6 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
     return VllmConfig(
         CacheConfig(**{k: v for k, v in engine_args.items() if k in _CACHE_FIELDS}),
         SchedulerConfig(**{k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}),
-        LoRAConfig(**lora_args) if enable_lora else None,
+        parallel_config=ParallelConfig(**{k: v for k, v in engine_args.items() if k in _PARALLEL_FIELDS}),
+        lora_config=LoRAConfig(**lora_args) if enable_lora else None,
     )

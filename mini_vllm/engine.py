@@ -2,9 +2,14 @@
 
 Mirrors ``vllm/v1/engine/llm_engine.py`` (``LLMEngine``: ``add_request``, ``step``,
 ``has_unfinished_requests``), the offline ``vllm/entrypoints/llm.py`` (``LLM.generate``) and the
-heart of ``vllm/v1/engine/core.py`` (``EngineCore.step``). Everything runs in one process and one
-thread: no ZMQ front end, no executor/worker processes, no detokenizer process, no async
-scheduling, no streaming outputs.
+heart of ``vllm/v1/engine/core.py`` (``EngineCore.step``). The engine runs in one process and one
+thread: no ZMQ front end, no detokenizer process, no async scheduling, no streaming outputs. The
+forward goes through an executor, as upstream's ``EngineCore`` → ``Executor`` → workers
+(``executor.py``): ``tensor_parallel_size=1`` with the ``"uni"`` backend (the default) keeps one
+worker in this process; ``"mp"`` starts one worker process per rank, and their vocabulary shards
+are all-gathered into the same logits, bit for bit. ``shutdown()`` (or ``with LLMEngine(...)``,
+or garbage collection, or interpreter exit) stops the workers; a worker that dies makes ``step()`` raise
+``WorkerDiedError`` instead of hanging, and the engine is shut down from then on.
 
 A request with ``SamplingParams.n > 1`` is fanned out in ``add_request`` into ``n`` child
 requests (``parallel_sampling.py``); ``_make_output`` folds a finished child back into its
@@ -13,9 +18,33 @@ parent's output. ``beam_search`` (``beam_search.py``) drives this engine one tok
 One step, exactly as upstream orders it::
 
     out = scheduler.schedule()                           # who runs, how many tokens each
-    logits = model.forward(last token, its position)     # one row per scheduled request
-    tokens = sampler.sample_batch(rows that needs_sample) # mid-prefill chunks sample nothing
+    logits = model_executor.execute_model(out).logits    # one row per scheduled request
+    logits = apply the grammar bitmask to constrained rows # Phase 12: illegal tokens -> -inf
+    tokens = sampler.sample_batch(rows that needs_sample, # mid-prefill chunks sample nothing
+                                  each row's history)     # Phase 09: what penalties etc. read
+    advance each constrained request's grammar by its token
     finished = scheduler.update_from_output(out, tokens) # advance counters, stop, free KV
+
+The history (``_sample``) is what upstream's ``InputBatch`` hands the sampler through
+``SamplingMetadata``: each request's output ids (penalties, bad words, min-tokens) and, for the
+repetition penalty, its prompt ids. A batch whose requests set none of those knobs passes none,
+so it samples exactly as before the knobs existed. EOS joins the min-tokens ban, as upstream's
+``all_stop_token_ids`` does.
+
+Structured outputs (``_apply_grammar_bitmask``, ``_accept_grammar_tokens``): a request whose
+``SamplingParams.structured_outputs`` asks for a regex, a choice or a JSON object gets a grammar
+from ``structured_output_manager`` (``grammar.py``; upstream's ``StructuredOutputManager``) when
+it is added. Each step the manager fills one row of ``ceil(V / 32)`` int32 words per constrained
+request that samples, the engine sets every logit whose bit is 0 to ``-inf`` before the sampler
+(upstream's ``apply_grammar_bitmask``; EOS's bit is set only in an accepting state), and the
+sampled token advances the grammar. An output that stops (EOS) therefore matches its grammar; one
+cut by ``max_tokens`` is a legal prefix. A batch without such requests skips both helpers.
+
+Hook for speculative decoding (not implemented here): a request's drafts are trimmed to what its
+grammar accepts with ``structured_output_manager.validate_draft_tokens(request_id, drafts)``
+before they are scheduled, ``grammar_bitmask(grammars, spec_tokens)`` then gives k + 1 rows per
+request (one per verified position), and ``_accept_grammar_tokens`` takes a list of accepted
+tokens per request as well as a single token.
 
 The toy model only needs the *last* scheduled position of each request (it ignores the KV
 cache), so a 100-token prefill chunk costs one row, not 100.
@@ -31,8 +60,9 @@ import numpy as np
 from .beam_search import BeamSearchOutput
 from .beam_search import beam_search as run_beam_search
 from .config import VllmConfig, create_engine_config
+from .executor import Executor, make_executor
+from .grammar import GrammarCompiler, StructuredOutputManager, apply_bitmask, byte_vocab
 from .lora import LoRARequest
-from .model import ToyModel
 from .outputs import CompletionOutput, RequestOutput
 from .parallel_sampling import ParentRequest
 from .request import Request, RequestStatus
@@ -44,6 +74,12 @@ from .tokenizer import ByteTokenizer
 Prompt = str | Sequence[int]
 
 
+def _reads_output(sp: SamplingParams) -> bool:
+    """Whether a request's sampling reads its output so far (penalties, bad words, min-tokens)."""
+    return bool(sp.presence_penalty or sp.frequency_penalty or sp.repetition_penalty != 1.0
+                or sp.bad_words_token_ids or sp.min_tokens)
+
+
 class LLMEngine:
     """A whole (tiny) inference engine: ``add_request`` + ``step``, or just ``generate``."""
 
@@ -53,7 +89,8 @@ class LLMEngine:
         Pass a ``VllmConfig``, or the flat engine arguments it is made from (``num_gpu_blocks``,
         ``block_size``, ``enable_prefix_caching``, ``max_num_seqs``, ``max_num_batched_tokens``,
         ``max_model_len``, ``long_prefill_token_threshold``, ``enable_chunked_prefill``; see
-        ``config.py``). ``max_model_len`` (prompt + output tokens) defaults to what the pool
+        ``config.py``), and the parallel ones (``tensor_parallel_size``,
+        ``distributed_executor_backend``). ``max_model_len`` (prompt + output tokens) defaults to what the pool
         holds, ``(num_gpu_blocks - 1) * block_size``, and may not exceed it. ``seed`` seeds
         sampling only.
         """
@@ -65,16 +102,52 @@ class LLMEngine:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.vllm_config = vllm_config
         self.tokenizer = ByteTokenizer()
-        self.model = ToyModel(vocab_size=self.tokenizer.vocab_size)  # fixed "weights": seed is for sampling
-        self.sampler = Sampler()
+        parallel = vllm_config.parallel_config
+        # fixed "weights" (model seed 0): ``seed`` is for sampling
+        self.model_executor: Executor = make_executor(
+            self.tokenizer.vocab_size, parallel.tensor_parallel_size, backend=parallel.distributed_executor_backend
+        )
+        self.sampler = Sampler(eos_token_id=self.tokenizer.eos_token_id)  # min_tokens bans EOS too
         self.seed = seed
         self.max_model_len = vllm_config.max_model_len
         self.scheduler = Scheduler(vllm_config)
+        self.structured_output_manager = StructuredOutputManager(
+            GrammarCompiler(byte_vocab()), vllm_config.scheduler_config.max_num_seqs
+        )
         self._next_index = 0  # per-engine request counter: ids req-0, req-1, ...
         self._prompts: dict[str, str | None] = {}  # request id -> prompt text (None for token ids)
         self._generators: dict[str, np.random.Generator] = {}  # one RNG per request
         self._parent_requests: dict[str, ParentRequest] = {}  # parent id -> parent (n > 1), until done
         self._parent_of: dict[str, ParentRequest] = {}  # child id -> its parent, until the child is done
+
+    @property
+    def model(self) -> Executor:
+        """The model as the engine sees it: the executor answers ``ToyModel.forward``'s contract."""
+        return self.model_executor
+
+    @property
+    def collectives_per_step(self) -> list[int]:
+        """Collectives the TP group issued, one entry per forward (0 at TP=1; 1 all-gather at TP>1)."""
+        return self.model_executor.collectives_per_step
+
+    # -- lifetime --------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop the workers (idempotent). The engine refuses further steps and requests.
+
+        Without it, the multiprocess executor's own finalizer kills its workers when it is garbage
+        collected or at interpreter exit, so no worker outlives the engine's process.
+        """
+        self.model_executor.shutdown()
+
+    def _check_alive(self) -> None:
+        if self.model_executor.is_shut_down:
+            raise RuntimeError("the engine is shut down (shutdown() was called or a worker died); build a new one")
+
+    def __enter__(self) -> LLMEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
     # -- requests --------------------------------------------------------------------------
     def _tokenize(self, prompt: Prompt) -> list[int]:
@@ -100,12 +173,13 @@ class LLMEngine:
             )
         return token_ids
 
-    @staticmethod
-    def _check_params(sampling_params: SamplingParams | None) -> SamplingParams:
+    def _check_params(self, sampling_params: SamplingParams | None) -> SamplingParams:
         if sampling_params is None:
             return SamplingParams()
         if not isinstance(sampling_params, SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
+        if sampling_params.structured_outputs is not None:  # compiles (cached): a bad regex fails here
+            self.structured_output_manager.compile(sampling_params.structured_outputs)
         return sampling_params
 
     def _id_taken(self, request_id: str, n: int) -> bool:
@@ -132,6 +206,7 @@ class LLMEngine:
         needs an engine built with ``enable_lora=True``; the scheduler then admits at most
         ``max_loras`` distinct adapters per step (the toy model itself applies no weights).
         """
+        self._check_alive()
         token_ids = self._tokenize(prompt)
         params = self._check_params(sampling_params)
         if lora_request is not None and not isinstance(lora_request, LoRARequest):
@@ -183,6 +258,8 @@ class LLMEngine:
             arrival_time=float(index),
             lora_request=lora_request,
         )
+        if params.structured_outputs is not None:
+            self.structured_output_manager.grammar_init(request_id, params.structured_outputs)
         self.scheduler.add_request(request)
         self._generators[request_id] = np.random.default_rng(seed)
         self._prompts[request_id] = text
@@ -214,31 +291,69 @@ class LLMEngine:
     # -- the loop --------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one engine step; return the requests that finished during it."""
+        self._check_alive()
         out = self.scheduler.schedule()
         reqs = out.scheduled_requests
         sampled: dict[str, int] = {}
         if reqs:
             n = [out.num_scheduled_tokens[r.request_id] for r in reqs]
-            positions = [r.num_computed_tokens + k - 1 for r, k in zip(reqs, n)]
-            last_tokens = [r.all_token_ids[p] for r, p in zip(reqs, positions)]
-            logits = self.model.forward(np.array(last_tokens), np.array(positions))
+            logits = self.model_executor.execute_model(out).logits  # rows in scheduling order
             rows = [i for i, (r, k) in enumerate(zip(reqs, n)) if Scheduler.needs_sample(r, k)]
             if rows:
                 wanted = [reqs[i] for i in rows]
-                tokens = self.sampler.sample_batch(
-                    logits[rows],
-                    [r.sampling_params for r in wanted],
-                    [self._generators[r.request_id] for r in wanted],
-                )
+                tokens = self._sample(wanted, self._apply_grammar_bitmask(wanted, logits[rows]))
                 sampled = {r.request_id: t for r, t in zip(wanted, tokens)}
+                self._accept_grammar_tokens(sampled)
         finished = self.scheduler.update_from_output(out, sampled)
         return [self._make_output(r) for r in finished]
+
+    def _sample(self, wanted: list[Request], logits: np.ndarray) -> list[int]:
+        """One token per row: the sampler gets what upstream's ``SamplingMetadata`` carries.
+
+        Per row: the params, the request's own generator, and its token history when a knob
+        reads it (upstream's ``InputBatch`` keeps ``output_token_ids`` and, for penalties, the
+        prompt ids). Output history feeds penalties, bad words and min-tokens; the prompt only
+        the repetition penalty. A batch that sets none of them passes no history at all.
+        """
+        params = [r.sampling_params for r in wanted]
+        generators = [self._generators[r.request_id] for r in wanted]
+        needs = [_reads_output(sp) for sp in params]
+        if not any(needs):
+            return self.sampler.sample_batch(logits, params, generators)
+        outputs = [r.output_token_ids if n else () for r, n in zip(wanted, needs)]
+        prompts = [r.prompt_token_ids if sp.repetition_penalty != 1.0 else () for r, sp in zip(wanted, params)]
+        return self.sampler.sample_batch(logits, params, generators, output_token_ids=outputs,
+                                         prompt_token_ids=prompts)
+
+    def _apply_grammar_bitmask(self, wanted: list[Request], logits: np.ndarray) -> np.ndarray:
+        """Ban, in place, every token a constrained row's grammar does not allow; returns ``logits``.
+
+        ``logits`` holds one row per request of ``wanted`` (a copy the engine owns). Only the
+        constrained rows get a bitmask row, in batch order, as upstream's ``GrammarOutput`` lists them.
+        """
+        grammars = self.structured_output_manager.grammars
+        if not grammars:
+            return logits
+        idx = [i for i, r in enumerate(wanted) if r.request_id in grammars]
+        if idx:
+            bitmask = self.structured_output_manager.grammar_bitmask([grammars[wanted[i].request_id] for i in idx])
+            logits[idx] = apply_bitmask(logits[idx], bitmask)
+        return logits
+
+    def _accept_grammar_tokens(self, sampled: dict[str, int | Sequence[int]]) -> None:
+        """Advance each constrained request's grammar by its sampled token(s)."""
+        manager = self.structured_output_manager
+        if manager.grammars:
+            for rid, tokens in sampled.items():
+                if manager.should_advance(rid):
+                    manager.accept_tokens(rid, [tokens] if isinstance(tokens, int) else tokens)
 
     def _make_output(self, request: Request) -> RequestOutput:
         """The output for a finished request; a child's is its parent's (finished once all are)."""
         rid = request.request_id
         prompt = self._prompts.pop(rid, None)
         self._generators.pop(rid, None)
+        self.structured_output_manager.free(rid)
         token_ids = list(request.output_token_ids)
         parent = self._parent_of.pop(rid, None)
         completion = CompletionOutput(

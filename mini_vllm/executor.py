@@ -16,8 +16,8 @@ cut into N equal shards), computes its slice of every row, and the shards are al
 into full logits, as upstream's ``LogitsProcessor._gather_logits`` does. Every logit is computed
 by exactly one rank with the same additions in the same order, so TP=N equals TP=1 bit for bit.
 
-Adopting it in the engine is one line: ``self.model = make_executor(vocab_size, tp_size)``.
-An executor answers ``forward(last_tokens, positions)`` like ``ToyModel`` (and ``vocab_size``,
+``LLMEngine`` builds one from its ``ParallelConfig`` (``make_executor``) and calls
+``execute_model(scheduler_output)`` every step. An executor also answers ``forward(last_tokens, positions)`` like ``ToyModel`` (and ``vocab_size``,
 ``eos_token_id``); ``execute_model(scheduler_output)`` is the upstream-shaped entry point, and
 reads the last scheduled token of each request itself, as the model runner does.
 
@@ -118,16 +118,19 @@ class Worker:
         self.rank, self.world_size, self.vocab_size = rank, world_size, vocab_size
         self.start, self.end, self.width = vocab_shard(vocab_size, world_size, rank)
         full = ToyModel(vocab_size=vocab_size, seed=seed)  # weights "loaded"; keep only this rank's columns
-        pad = self.width - (self.end - self.start)
-        cols = slice(self.start, self.end)
-        self.token_table = np.pad(full.token_table[:, cols], ((0, 0), (0, pad)))
-        self.position_table = np.pad(full.position_table[:, cols], ((0, 0), (0, pad)))
-        self.bias = np.pad(full.bias[cols], (0, pad))
+        if world_size == 1:  # nothing is split, so nothing needs padding: keep the tables as loaded
+            self.token_table, self.position_table, self.bias = full.token_table, full.position_table, full.bias
+        else:
+            pad = self.width - (self.end - self.start)
+            cols = slice(self.start, self.end)
+            self.token_table = np.pad(full.token_table[:, cols], ((0, 0), (0, pad)))
+            self.position_table = np.pad(full.position_table[:, cols], ((0, 0), (0, pad)))
+            self.bias = np.pad(full.bias[cols], (0, pad))
         self._all_gather = all_gather
         self.num_collectives = 0  # issued by this rank since it started
 
     def forward_shard(self, last_tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """This rank's padded slice of the logits: ``[B, width]``."""
+        """This rank's padded slice of the logits: ``[B, width]`` (``[B, vocab]`` for a single rank)."""
         return self.token_table[last_tokens] + self.position_table[positions % POSITION_PERIOD] + self.bias
 
     def execute_model(self, last_tokens: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray | None, int]:
@@ -394,12 +397,19 @@ class MultiprocExecutor(Executor):
         self._tmp.cleanup()
 
 
-def make_executor(vocab_size: int = 257, tensor_parallel_size: int = 1, seed: int = 0) -> Executor:
-    """The executor class follows the TP size, as upstream's ``Executor.get_class`` does."""
+def make_executor(vocab_size: int = 257, tensor_parallel_size: int = 1, seed: int = 0,
+                  backend: str | None = None) -> Executor:
+    """The executor class follows ``backend`` (``ParallelConfig.distributed_executor_backend``), as
+    upstream's ``Executor.get_class`` does; ``None`` picks ``"uni"`` at TP=1 and ``"mp"`` above it."""
     _check_tp(tensor_parallel_size)
-    if tensor_parallel_size == 1:
-        return UniProcExecutor(vocab_size, 1, seed)
-    return MultiprocExecutor(vocab_size, tensor_parallel_size, seed)
+    if backend is None:
+        backend = "uni" if tensor_parallel_size == 1 else "mp"
+    if backend == "uni":
+        return UniProcExecutor(vocab_size, tensor_parallel_size, seed)
+    if backend == "mp":
+        vocab_shard(vocab_size, tensor_parallel_size, 0)  # refuse an uneven split before starting processes
+        return MultiprocExecutor(vocab_size, tensor_parallel_size, seed)
+    raise ValueError(f"unknown executor backend {backend!r}; expected 'uni' or 'mp'")
 
 
 # -- the column → row pattern of every transformer block, one rank's share ------------------------

@@ -9,9 +9,17 @@ Mirrors ``vllm/v1/structured_output/`` upstream:
 - ``GrammarCompiler`` is ``StructuredOutputBackend``: ``compile_grammar(kind, spec)`` and
   ``allocate_token_bitmask(rows)``, with compiled machines cached per ``(kind, spec)`` the way the
   manager shares one compiled grammar between requests with the same schema.
-- ``StructuredOutputManager.grammar_bitmask`` fills one bitmask row per position a request samples
+- ``StructuredOutputManager`` (``__init__.py``) keeps the engine's per-request grammars:
+  ``grammar_init`` compiles one when a structured-output request arrives, ``accept_tokens``
+  advances it with each sampled token (``should_advance`` upstream), ``free`` drops it when the
+  request finishes. ``grammar_bitmask`` fills one bitmask row per position a request samples
   at, the speculative walk included (fill, tentatively accept a draft, fill the next row, ...,
-  then roll back), as ``StructuredOutputManager.grammar_bitmask`` does upstream.
+  then roll back), as upstream's does.
+- The hook for speculative decoding: ``validate_draft_tokens(request_id, drafts)`` returns the
+  longest prefix of a request's drafts that its grammar accepts, without advancing it (upstream's
+  ``Scheduler.update_draft_token_ids`` trims drafts with ``grammar.validate_tokens``); drafts
+  then go to ``grammar_bitmask(..., spec_tokens)`` for k + 1 rows, and ``accept_tokens`` takes
+  the accepted prefix plus the bonus token after verification. The engine does not draft yet.
 - ``apply_bitmask`` is ``apply_grammar_bitmask`` (``utils.py``) minus the row reordering: every
   disallowed logit becomes ``-inf`` before sampling.
 
@@ -42,6 +50,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .sampling_params import StructuredOutputsParams
 
 __all__ = [
     "Grammar",
@@ -668,11 +678,45 @@ class GrammarCompiler:
 
 
 class StructuredOutputManager:
-    """Fills the step's bitmask (upstream: ``StructuredOutputManager.grammar_bitmask``)."""
+    """The engine's grammars, one per structured-output request, and the step's bitmask.
+
+    Upstream: ``StructuredOutputManager`` (``grammar_init``, ``grammar_bitmask``, ``should_advance``);
+    the per-request grammar lives on ``request.structured_output_request`` there, in ``grammars`` here.
+    """
 
     def __init__(self, compiler: GrammarCompiler, max_num_seqs: int) -> None:
         self.compiler = compiler
         self._bitmask = compiler.allocate_token_bitmask(max_num_seqs)
+        self.grammars: dict[str, Grammar] = {}  # request id -> its grammar, while the request lives
+
+    def compile(self, params: StructuredOutputsParams) -> Grammar:
+        """A fresh grammar for a ``StructuredOutputsParams`` (``ValueError`` if its spec is bad)."""
+        kind, spec = params.kind_and_spec
+        return self.compiler.compile_grammar(kind, list(spec) if kind == "choice" else spec)
+
+    def grammar_init(self, request_id: str, params: StructuredOutputsParams) -> Grammar:
+        """Compile and keep the grammar of a request that asks for structured output."""
+        if request_id in self.grammars:
+            raise ValueError(f"request {request_id!r} already has a grammar")
+        grammar = self.compile(params)
+        self.grammars[request_id] = grammar
+        return grammar
+
+    def should_advance(self, request_id: str) -> bool:
+        return request_id in self.grammars
+
+    def accept_tokens(self, request_id: str, tokens: Sequence[int]) -> None:
+        """Advance a request's grammar by tokens sampled under its mask; an illegal one is a bug."""
+        if not self.grammars[request_id].accept_tokens(request_id, tokens):
+            raise RuntimeError(f"request {request_id!r}: tokens {list(tokens)} break its grammar; was the mask applied?")
+
+    def validate_draft_tokens(self, request_id: str, draft_token_ids: Sequence[int]) -> list[int]:
+        """The hook for speculation: the longest prefix of the drafts the grammar accepts (no advance)."""
+        grammar = self.grammars.get(request_id)
+        return list(draft_token_ids) if grammar is None else grammar.validate_tokens(draft_token_ids)
+
+    def free(self, request_id: str) -> None:
+        self.grammars.pop(request_id, None)
 
     def grammar_bitmask(
         self,

@@ -4,16 +4,22 @@ Mirrors ``vllm/sampling_params.py`` (``SamplingParams``) and keeps only the knob
 engine implements: ``max_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``,
 ``ignore_eos`` and ``stop_token_ids``, plus the sampler's knobs (Phase 09): ``min_p``,
 ``presence_penalty``, ``frequency_penalty``, ``repetition_penalty``, ``logit_bias``,
-``min_tokens``, ``allowed_token_ids``, ``bad_words_token_ids`` and ``logprobs``, and ``n``
-(parallel sampling, Phase 09: the engine fans the request out, see ``parallel_sampling.py``).
+``min_tokens``, ``allowed_token_ids``, ``bad_words_token_ids`` and ``logprobs``, ``n``
+(parallel sampling, Phase 09: the engine fans the request out, see ``parallel_sampling.py``),
+and the structured-output request (Phase 12): ``structured_outputs=StructuredOutputsParams(regex=...)``,
+``choice=[...]`` or ``json_object=True`` (upstream's ``StructuredOutputsParams``, same names).
 ``BeamSearchParams`` (the knobs of ``beam_search.py``) lives here as it does upstream. Left out:
-``best_of``, stop strings, structured output, custom logits processors.
+``best_of``, stop strings, custom logits processors, and of structured outputs ``json`` (a JSON
+Schema), ``grammar`` (EBNF), ``structural_tag`` and the whitespace options.
 
 Differences from upstream, on purpose:
 
 * the object is frozen — params are checked once and can never drift afterwards;
 * ``top_k <= 0`` (not only ``0``/``-1``) means "disabled";
 * ``max_tokens`` is required to be an int ``>= 1`` (upstream allows ``None`` = "until max_model_len");
+* a structured-output request may not set ``ignore_eos`` (the grammar ends at EOS; past it every
+  token would be banned) or ``min_tokens`` (it could ban the only token the grammar allows);
+  ``choice`` is stored as a tuple so the params stay hashable;
 * bad words are given as token-id sequences (upstream takes strings and tokenizes them into
   ``_bad_words_token_ids``); ``logit_bias`` is stored as a sorted tuple of ``(token_id, bias)``
   pairs so the frozen object stays hashable; ``logprobs=-1`` (the whole vocabulary) is not offered;
@@ -40,6 +46,46 @@ def _is_int(x: object) -> bool:
 
 
 @dataclass(frozen=True)
+class StructuredOutputsParams:
+    """One structured-output constraint: exactly one of ``regex``, ``choice``, ``json_object``.
+
+    ``regex``: the whole output must match (``re.fullmatch``; the subset ``grammar.py`` supports).
+    ``choice``: the output is one of these strings. ``json_object=True``: any JSON object, compact.
+    """
+
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
+    json_object: bool | None = None
+
+    def __post_init__(self) -> None:
+        count = sum(x is not None for x in (self.regex, self.choice, self.json_object))
+        if count != 1:
+            raise ValueError(
+                f"give exactly one structured-output constraint (regex, choice or json_object), got {count}"
+            )
+        if self.regex is not None and not isinstance(self.regex, str):
+            raise TypeError(f"regex must be a str, got {self.regex!r}")
+        if self.choice is not None:
+            if isinstance(self.choice, (str, bytes)) or not hasattr(self.choice, "__iter__"):
+                raise TypeError(f"choice must be a list of strings, got {self.choice!r}")
+            choice = tuple(self.choice)
+            if not choice or not all(isinstance(c, str) and c for c in choice):
+                raise ValueError(f"choice needs a non-empty list of non-empty strings, got {self.choice!r}")
+            object.__setattr__(self, "choice", choice)
+        if self.json_object is not None and self.json_object is not True:
+            raise ValueError(f"json_object must be True when given, got {self.json_object!r}")
+
+    @property
+    def kind_and_spec(self) -> tuple[str, str | tuple[str, ...]]:
+        """The grammar to compile: ``("regex", pattern)``, ``("choice", strings)`` or ``("json_object", "")``."""
+        if self.regex is not None:
+            return "regex", self.regex
+        if self.choice is not None:
+            return "choice", self.choice
+        return "json_object", ""
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How to pick the next token for one request, and when to stop."""
 
@@ -60,6 +106,7 @@ class SamplingParams:
     bad_words_token_ids: tuple[tuple[int, ...], ...] = field(default=())
     logprobs: int | None = None
     n: int = 1
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens):
@@ -91,6 +138,7 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in stops))
         self._check_sampler_knobs()
         self._check_n()
+        self._check_structured_outputs()
         object.__setattr__(self, "max_tokens", int(self.max_tokens))
         object.__setattr__(self, "top_k", int(self.top_k))
         if self.seed is not None:
@@ -108,6 +156,17 @@ class SamplingParams:
         if self.n > 1 and self.temperature < SAMPLING_EPS:
             raise ValueError(f"n must be 1 when using greedy sampling (temperature 0), got {self.n}")
         object.__setattr__(self, "n", int(self.n))
+
+    def _check_structured_outputs(self) -> None:
+        so = self.structured_outputs
+        if so is None:
+            return
+        if not isinstance(so, StructuredOutputsParams):
+            raise TypeError(f"structured_outputs must be a StructuredOutputsParams, got {type(so).__name__}")
+        if self.ignore_eos:
+            raise ValueError("structured outputs end at EOS: ignore_eos=True would run past the grammar's end")
+        if self.min_tokens:
+            raise ValueError("min_tokens cannot be combined with structured outputs (it may ban the only legal token)")
 
     def _check_sampler_knobs(self) -> None:
         for name, lo, hi in (

@@ -200,21 +200,6 @@ def test_two_processes_give_tp1_logits_with_one_gather_per_step(tp2):
 
 @pytest.mark.slow
 @needs_torch
-def test_engine_adopts_the_executor_in_one_line(tp2):
-    prompts = ["tensor parallel", "ab", "the quick brown fox"]
-    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
-    want = [o.token_ids for o in LLMEngine().generate(prompts, params)]
-    engine = LLMEngine()
-    engine.model = tp2  # the one line: the executor answers ToyModel's forward()
-    before = len(tp2.collectives_per_step)
-    got = [o.token_ids for o in engine.generate(prompts, params)]
-    assert got == want, "an engine whose model is a TP=2 executor must generate the TP=1 tokens"
-    steps = tp2.collectives_per_step[before:]
-    assert steps and set(steps) == {1}, f"one all-gather per engine step, got {steps}"
-
-
-@pytest.mark.slow
-@needs_torch
 def test_worker_errors_come_back_and_the_group_keeps_serving(tp2):
     with pytest.raises(RuntimeError, match="rank 0: TypeError"):
         tp2.collective_rpc("describe", (1, 2))

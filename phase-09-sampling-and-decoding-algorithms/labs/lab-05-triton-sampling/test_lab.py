@@ -52,7 +52,7 @@ def test_a_seeded_row_ignores_its_batch():
         for start in range(2):   # two consecutive positions, so one lucky token cannot pass
             p = list(pos)
             p[at] = 17 + start
-            got.setdefault(start, {})[(batch, at)] = sample(torch.stack(rows), temp, seeds, p)[at]
+            got.setdefault(start, {})[(batch, at)] = sample(torch.stack(rows), temp, seeds, p, block=64)[at]
     for start, seen in got.items():
         assert len(set(seen.values())) == 1, (
             f"the row with seed 42, position {17 + start} drew {seen} ((companions, row index) -> token): a row's "
@@ -63,15 +63,16 @@ def test_a_seeded_row_ignores_its_batch():
 @pytest.mark.triton
 def test_same_inputs_same_tokens_and_positions_differ():
     logits = _logits(6, 20, seed=3)
-    a = sample(logits, [1.0] * 6, [7] * 6, [0, 1, 2, 3, 4, 5])
-    assert a == sample(logits.clone(), [1.0] * 6, [7] * 6, [0, 1, 2, 3, 4, 5]), "the same inputs must give the same tokens"
+    a = sample(logits, [1.0] * 6, [7] * 6, [0, 1, 2, 3, 4, 5], block=32)
+    b = sample(logits.clone(), [1.0] * 6, [7] * 6, [0, 1, 2, 3, 4, 5], block=32)
+    assert a == b, f"the same inputs must give the same tokens: {a} then {b}"
     flat = torch.zeros(12, 20)
-    toks = sample(flat, [1.0] * 12, [7] * 12, list(range(12)))
+    toks = sample(flat, [1.0] * 12, [7] * 12, list(range(12)), block=32)
     assert len(set(toks)) > 4, (
         f"12 positions of one seed over 20 equally likely tokens gave only {sorted(set(toks))}: the position must "
         f"change the key (tl.randint(seed, position)), or every step of a request repeats its first draw"
     )
-    other_seed = sample(flat, [1.0] * 12, [8] * 12, list(range(12)))
+    other_seed = sample(flat, [1.0] * 12, [8] * 12, list(range(12)), block=32)
     assert other_seed != toks, "a different seed must give a different stream"
 
 
@@ -123,7 +124,7 @@ def test_tail_of_the_vocab_is_reached_and_neg_inf_is_never_drawn():
     only = torch.full((20, 21), float("-inf"))
     only[:, 20] = 0.0
     only[:, 4] = -1.0
-    toks = sample(only, [1.5] * 20, [3] * 20, list(range(20)))
+    toks = sample(only, [1.5] * 20, [3] * 20, list(range(20)), block=32)
     assert set(toks) <= {4, 20} and 4 in toks and 20 in toks, (
         f"only ids 4 and 20 have finite logits; the draws must stay on them (and reach both): {sorted(set(toks))}"
     )
@@ -134,10 +135,10 @@ def test_non_contiguous_logits():
     wide = _logits(5, 50, seed=5)
     view = wide[:, 7:30]                       # a column slice: row stride 50
     seeds, pos, temp = [1, 2, 3, 4, 5], [3, 1, 4, 1, 5], [1.0, 0.0, 0.9, 1.3, 1.0]
-    want = sample(view.contiguous(), temp, seeds, pos)
-    assert sample(view, temp, seeds, pos) == want, "a column slice must give the contiguous copy's tokens (row stride)"
+    want = sample(view.contiguous(), temp, seeds, pos, block=32)
+    assert sample(view, temp, seeds, pos, block=32) == want, "a column slice must give the contiguous copy's tokens (row stride)"
     tall = _logits(23, 5, seed=5)
-    assert sample(tall.t(), temp, seeds, pos) == sample(tall.t().contiguous(), temp, seeds, pos), (
+    assert sample(tall.t(), temp, seeds, pos, block=32) == sample(tall.t().contiguous(), temp, seeds, pos, block=32), (
         "a transposed view (column stride 5) must give the contiguous copy's tokens: load at col * stride_col"
     )
 

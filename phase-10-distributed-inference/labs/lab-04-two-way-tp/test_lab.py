@@ -157,6 +157,8 @@ def test_step_prediction_varies_every_parameter():
         lab.predict_step_collectives(**dict(base, num_seqs=3, num_tokens=2), tp_size=2)
     with pytest.raises(ValueError, match="tp_size"):
         lab.predict_step_collectives(**base, tp_size=0)
+    with pytest.raises(ValueError, match="vocabulary"):   # 512 logits over 3 ranks: 170 each would lose 2
+        lab.predict_step_collectives(**dict(base, vocab_size=512), tp_size=3)
 
 
 def test_generate_is_one_prefill_then_decode_steps():

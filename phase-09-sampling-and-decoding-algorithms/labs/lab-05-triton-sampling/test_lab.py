@@ -121,6 +121,13 @@ def test_tail_of_the_vocab_is_reached_and_neg_inf_is_never_drawn():
     assert sample(logits, [0.0] * 3, [1, 2, 3], [0, 1, 2]) == [36] * 3, (
         "vocab 37 at block 16 is three blocks, the last one masked past id 36: loop over cdiv(37, 16) blocks"
     )
+    negative = torch.full((2, 21), -3.0)
+    negative[:, 7] = -1.0   # every logit below 0, and lanes 21..31 of the second block are past the vocabulary
+    got = sample(negative, [0.0] * 2, [1, 2], [0, 1])
+    assert got == [7, 7], (
+        f"a greedy row of all-negative logits drew {got}, not its argmax 7: the lanes past the vocabulary must load "
+        f"as -inf (other=float('-inf')), or a 0 there beats every real logit"
+    )
     only = torch.full((20, 21), float("-inf"))
     only[:, 20] = 0.0
     only[:, 4] = -1.0

@@ -139,7 +139,8 @@ def predict_generate_collectives(prompt_lens: list[int], max_tokens: int, num_la
 
     Assumes every prompt fits the first step's token budget (no chunking) and no request stops
     early: step 0 schedules all prompt tokens and samples one token per sequence, then each of
-    the ``max_tokens - 1`` decode steps schedules one token per sequence.
+    the ``max_tokens - 1`` decode steps schedules one token per sequence. Raises ``ValueError`` for no
+    prompts, a prompt length below 1 or ``max_tokens`` below 1 (vLLM's ``SamplingParams`` refuses 0).
     """
     if not prompt_lens:
         raise ValueError("no prompts: nothing is scheduled, there is no step to predict")

@@ -125,7 +125,8 @@ def predict_generate_collectives(prompt_lens: list[int], max_tokens: int, num_la
     prompts, a prompt length below 1 or ``max_tokens`` below 1 (vLLM's ``SamplingParams`` refuses 0).
     """
     raise NotImplementedError(
-        "refuse no prompts, lengths or max_tokens < 1; step 0 = every prompt token (len(prompt_lens) sequences), then max_tokens - 1 "
+        "refuse no prompts, lengths or max_tokens < 1; step 0 = every prompt token (len(prompt_lens) sequences), "
+        "then max_tokens - 1 "
         "decode steps of one token per sequence, each priced with predict_step_collectives"
     )
 

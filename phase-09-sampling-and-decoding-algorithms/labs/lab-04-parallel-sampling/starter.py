@@ -116,7 +116,8 @@ def measure_mini(
     """
     raise NotImplementedError(
         "a Scheduler from create_engine_config; add the n children (ParentRequest.get_child_info); step with "
-        "schedule/update_from_output until done, tracking peak blocks; read kv.make_prefix_cache_stats()"
+        "schedule/update_from_output until done (a token only where Scheduler.needs_sample), tracking peak blocks; "
+        "read kv.make_prefix_cache_stats()"
     )
 
 

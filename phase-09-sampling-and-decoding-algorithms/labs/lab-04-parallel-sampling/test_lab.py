@@ -182,6 +182,21 @@ def test_mini_vllm_counters_match_the_prediction(p, n, g, bs):
     )
 
 
+def test_a_prompt_longer_than_the_step_budget_is_prefilled_in_chunks():
+    # 2,100 tokens against mini_vllm's 2,048-token step budget: child 0's prefill takes two steps and the
+    # others wait for the second; only a child whose prompt is all computed may get a sampled token.
+    try:
+        m = measured(2100, 3, 3, 16)
+    except ValueError as e:
+        pytest.fail(f"{e} -- sample only for a child that needs a token (Scheduler.needs_sample): a child "
+                    f"mid-prefill gets nothing that step")
+    assert m.first_step_tokens == 2048, f"the first step is capped at the 2,048-token budget, got {m.first_step_tokens}"
+    assert (m.queries, m.hits) == lab.predict_counters(2100, 3, 16) == (6300, 4192), (
+        f"admitted a step later, children 1 and 2 still hit child 0's 131 full blocks; got {(m.queries, m.hits)}"
+    )
+    assert m.peak_blocks == lab.blocks_used(2100, 3, 3, 16, True) == 134, f"peak blocks {m.peak_blocks}, expected 134"
+
+
 def test_mini_vllm_without_caching_shares_nothing():
     m = measured(100, 4, 24, 16, caching=False)
     assert (m.queries, m.hits) == (0, 0), f"caching off: no lookups at all, got {(m.queries, m.hits)}"

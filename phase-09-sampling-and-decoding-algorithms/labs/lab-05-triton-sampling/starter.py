@@ -42,7 +42,8 @@ def gumbel_argmax_kernel(
     # TODO: program `row` draws one token for its row.
     #   1. Load the row's temperature (as fp32), seed and position. The per-step key is
     #      tl.randint(seed, position): the row index must play no part in the noise.
-    #   2. The row starts at logits_ptr + row * stride_row (in int64); column c is at + c * stride_col.
+    #   2. The row starts at logits_ptr + row * stride_row; column c is at + c * stride_col. Both offsets in int64:
+    #      a strided view can put a row or a column 2**31 elements past the start.
     #   3. Walk the vocabulary in blocks of BLOCK columns (the last one partial: mask it, load -inf there).
     #      For a sampling row (temperature != 0): u = max(tl.rand(key, column), FP32_TINY),
     #      x = logits / temperature + -log(-log(u)), and masked lanes back to -inf.
@@ -69,7 +70,7 @@ def gumbel_sample(
     raise NotImplementedError(
         "check the inputs (2-D float logits; temperature/seeds/positions of shape (B,) -> 'one entry per row'; "
         "temperature >= 0; block_size a power of two), then launch gumbel_argmax_kernel on a grid of (B,) with "
-        "both strides of logits, and return the int64 tokens"
+        "both strides of logits and the seeds kept int64 (vLLM's seeds use all 64 bits), and return the int64 tokens"
     )
 
 

@@ -52,7 +52,7 @@ def test_a_seeded_row_ignores_its_batch():
         for start in range(2):   # two consecutive positions, so one lucky token cannot pass
             p = list(pos)
             p[at] = 17 + start
-            got.setdefault(start, {})[(batch, at)] = sample(torch.stack(rows), temp, seeds, p)[at]
+            got.setdefault(start, {})[(batch, at)] = sample(torch.stack(rows), temp, seeds, p, block=64)[at]
     for start, seen in got.items():
         assert len(set(seen.values())) == 1, (
             f"the row with seed 42, position {17 + start} drew {seen} ((companions, row index) -> token): a row's "
@@ -63,15 +63,16 @@ def test_a_seeded_row_ignores_its_batch():
 @pytest.mark.triton
 def test_same_inputs_same_tokens_and_positions_differ():
     logits = _logits(6, 20, seed=3)
-    a = sample(logits, [1.0] * 6, [7] * 6, [0, 1, 2, 3, 4, 5])
-    assert a == sample(logits.clone(), [1.0] * 6, [7] * 6, [0, 1, 2, 3, 4, 5]), "the same inputs must give the same tokens"
+    a = sample(logits, [1.0] * 6, [7] * 6, [0, 1, 2, 3, 4, 5], block=32)
+    b = sample(logits.clone(), [1.0] * 6, [7] * 6, [0, 1, 2, 3, 4, 5], block=32)
+    assert a == b, f"the same inputs must give the same tokens: {a} then {b}"
     flat = torch.zeros(12, 20)
-    toks = sample(flat, [1.0] * 12, [7] * 12, list(range(12)))
+    toks = sample(flat, [1.0] * 12, [7] * 12, list(range(12)), block=32)
     assert len(set(toks)) > 4, (
         f"12 positions of one seed over 20 equally likely tokens gave only {sorted(set(toks))}: the position must "
         f"change the key (tl.randint(seed, position)), or every step of a request repeats its first draw"
     )
-    other_seed = sample(flat, [1.0] * 12, [8] * 12, list(range(12)))
+    other_seed = sample(flat, [1.0] * 12, [8] * 12, list(range(12)), block=32)
     assert other_seed != toks, "a different seed must give a different stream"
 
 
@@ -80,6 +81,8 @@ def test_greedy_rows_take_argmax_ties_to_the_lowest_id():
     logits = torch.tensor([[0.0, 3.0, 1.0, 3.0, -1.0, 2.0]] * 4)
     got = sample(logits, [0.0] * 4, [1, 2, 3, 4], [0, 1, 2, 3], block=4)
     assert got == [1] * 4, f"temperature 0 is argmax, and a tie (ids 1 and 3) goes to the lowest id; got {got}"
+    toks = lab.gumbel_sample(logits[:1], torch.zeros(1), torch.ones(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64), 4)
+    assert toks.dtype == torch.int64, f"the tokens are int64 (token ids index int64 tables downstream), got {toks.dtype}"
     across = torch.full((2, 40), -5.0)
     across[:, 3] = across[:, 20] = 4.0   # tied across two blocks of 16
     got = sample(across, [0.0, 0.0], [1, 2], [5, 6])
@@ -118,10 +121,17 @@ def test_tail_of_the_vocab_is_reached_and_neg_inf_is_never_drawn():
     assert sample(logits, [0.0] * 3, [1, 2, 3], [0, 1, 2]) == [36] * 3, (
         "vocab 37 at block 16 is three blocks, the last one masked past id 36: loop over cdiv(37, 16) blocks"
     )
+    negative = torch.full((2, 21), -3.0)
+    negative[:, 7] = -1.0   # every logit below 0, and lanes 21..31 of the second block are past the vocabulary
+    got = sample(negative, [0.0] * 2, [1, 2], [0, 1])
+    assert got == [7, 7], (
+        f"a greedy row of all-negative logits drew {got}, not its argmax 7: the lanes past the vocabulary must load "
+        f"as -inf (other=float('-inf')), or a 0 there beats every real logit"
+    )
     only = torch.full((20, 21), float("-inf"))
     only[:, 20] = 0.0
     only[:, 4] = -1.0
-    toks = sample(only, [1.5] * 20, [3] * 20, list(range(20)))
+    toks = sample(only, [1.5] * 20, [3] * 20, list(range(20)), block=32)
     assert set(toks) <= {4, 20} and 4 in toks and 20 in toks, (
         f"only ids 4 and 20 have finite logits; the draws must stay on them (and reach both): {sorted(set(toks))}"
     )
@@ -132,11 +142,48 @@ def test_non_contiguous_logits():
     wide = _logits(5, 50, seed=5)
     view = wide[:, 7:30]                       # a column slice: row stride 50
     seeds, pos, temp = [1, 2, 3, 4, 5], [3, 1, 4, 1, 5], [1.0, 0.0, 0.9, 1.3, 1.0]
-    want = sample(view.contiguous(), temp, seeds, pos)
-    assert sample(view, temp, seeds, pos) == want, "a column slice must give the contiguous copy's tokens (row stride)"
+    want = sample(view.contiguous(), temp, seeds, pos, block=32)
+    assert sample(view, temp, seeds, pos, block=32) == want, "a column slice must give the contiguous copy's tokens (row stride)"
     tall = _logits(23, 5, seed=5)
-    assert sample(tall.t(), temp, seeds, pos) == sample(tall.t().contiguous(), temp, seeds, pos), (
+    assert sample(tall.t(), temp, seeds, pos, block=32) == sample(tall.t().contiguous(), temp, seeds, pos, block=32), (
         "a transposed view (column stride 5) must give the contiguous copy's tokens: load at col * stride_col"
+    )
+
+
+def _huge_fp16(n):
+    """n fp16 elements; on CPU an untouched anonymous mapping, so only the pages written cost memory."""
+    if torch.cuda.is_available():
+        return torch.zeros(n, dtype=torch.float16, device="cuda"), None
+    import mmap
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+    mm = mmap.mmap(-1, 2 * n, flags=flags)
+    return torch.frombuffer(mm, dtype=torch.float16, count=n), mm
+
+
+@pytest.mark.triton
+def test_offsets_past_2_pow_31_elements():
+    # The logits start 2**31 elements into a buffer of zeros. With a stride of 2**30 + 8, element 2 of a
+    # row (or of a column) sits 2**31 + 16 elements in: in int32 that offset wraps to -2**31 + 16, the
+    # buffer's zeros. The 8 GiB buffer is virtual on CPU: only the pages written are ever touched.
+    stride = (1 << 30) + 8
+    big, keep = _huge_fp16((1 << 31) + 2 * stride + 16)
+    rows = torch.as_strided(big, (3, 16), (stride, 1), 1 << 31)   # row 2 is 2**31 + 16 elements in
+    rows.fill_(-1.0)
+    rows[:, 5] = 2.0
+    got_rows = sample(rows, [0.0] * 3, [1, 2, 3], [0, 1, 2])
+    cols = torch.as_strided(big, (2, 3), (1, stride), 1 << 31)    # column 2 is 2**31 + 16 elements in (same pages)
+    cols[:, 0], cols[:, 1], cols[:, 2] = -1.0, 1.0, 2.0
+    big[16:18] = -9.0   # where a wrapped column 2 would read instead
+    got_cols = sample(cols, [0.0] * 2, [1, 2], [0, 1])
+    del rows, cols, big, keep
+    assert got_rows == [5, 5, 5], (
+        f"row 2 starts 2**31 + 16 elements in and its argmax (id 5) was missed: {got_rows}. row * stride_row "
+        f"overflowed int32: compute the row's offset in int64 (row.to(tl.int64) * stride_row); a real batch of "
+        f"256 x 128,256 logits is 2**25 elements, and a strided view of a bigger buffer passes 2**31"
+    )
+    assert got_cols == [2, 2], (
+        f"column 2 sits 2**31 + 16 elements in and was missed: {got_cols}. col * stride_col overflowed int32: "
+        f"compute the column offsets in int64 too (cols.to(tl.int64) * stride_col)"
     )
 
 
@@ -200,6 +247,16 @@ def test_same_tokens_as_vllms_gumbel_sample(vllm_gumbel):
     assert mine == theirs, (
         f"vLLM's gumbel_sample drew {theirs}, yours {mine}: same Philox keying (tl.randint(seed, position), then "
         f"tl.rand(key, column)), u clamped to 2**-126, logits / T + -log(-log(u))"
+    )
+    # vLLM draws an unseeded request's seed from the whole int64 range (SamplingStates.add_request).
+    # Flat rows: 16 equally likely tokens, so the token is the noise's argmax and shows every bit of the key.
+    wide = [2**40 + 3, -7, 2**63 - 1, 5 + 2**32] * 2
+    flat, pos = torch.zeros(8, 16), [2] * 4 + [3] * 4
+    theirs = vllm_gumbel(flat, [1.0] * 8, wide, pos)
+    mine = sample(flat, [1.0] * 8, wide, pos)
+    assert mine == theirs, (
+        f"with 64-bit seeds {wide} vLLM drew {theirs}, yours {mine}: keep the seeds int64 all the way to "
+        f"tl.randint (a cast to int32 drops the high bits, and seeds 5 and 5 + 2**32 collide)"
     )
 
 

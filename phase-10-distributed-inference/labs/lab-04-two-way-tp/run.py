@@ -74,6 +74,12 @@ def run_child(args: argparse.Namespace, tp: int) -> dict:
     if args.count_collectives:
         argv.append("--count-collectives")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if args.count_collectives:
+        # LLM.collective_rpc with a function: with the engine core in its own process (the default) the
+        # function would go through vLLM's msgpack encoder, which refuses functions unless
+        # VLLM_ALLOW_INSECURE_SERIALIZATION=1. In-process, the core hands it straight to the executor,
+        # which cloudpickles it to the TP workers (the tier-2 engine job does the same).
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     results = [line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not results:

@@ -110,7 +110,8 @@ def predict_step_collectives(num_layers: int, hidden: int, vocab_size: int, num_
     in the rest). Every all-reduce carries ``num_tokens × hidden`` values. The LM head is
     vocabulary parallel too: each rank computes the logits of its slice of the padded vocabulary
     (``pad_vocab_size``) for the ``num_seqs`` rows that get sampled, and one all-gather assembles
-    them. At TP=1 nothing is sent.
+    them. At TP=1 nothing is sent. Raises ``ValueError`` for a count below 1, ``num_seqs > num_tokens``,
+    or a padded vocabulary that does not split evenly over ``tp_size`` (vLLM's ``divide`` refuses it).
     """
     for name, value, low in (("num_layers", num_layers, 1), ("hidden", hidden, 1), ("vocab_size", vocab_size, 1),
                              ("num_tokens", num_tokens, 1), ("num_seqs", num_seqs, 1), ("tp_size", tp_size, 1),
@@ -138,7 +139,8 @@ def predict_generate_collectives(prompt_lens: list[int], max_tokens: int, num_la
 
     Assumes every prompt fits the first step's token budget (no chunking) and no request stops
     early: step 0 schedules all prompt tokens and samples one token per sequence, then each of
-    the ``max_tokens - 1`` decode steps schedules one token per sequence.
+    the ``max_tokens - 1`` decode steps schedules one token per sequence. Raises ``ValueError`` for no
+    prompts, a prompt length below 1 or ``max_tokens`` below 1 (vLLM's ``SamplingParams`` refuses 0).
     """
     if not prompt_lens:
         raise ValueError("no prompts: nothing is scheduled, there is no step to predict")

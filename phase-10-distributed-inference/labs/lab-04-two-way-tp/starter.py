@@ -105,10 +105,12 @@ def predict_step_collectives(num_layers: int, hidden: int, vocab_size: int, num_
     in the rest). Every all-reduce carries ``num_tokens × hidden`` values. The LM head is
     vocabulary parallel too: each rank computes the logits of its slice of the padded vocabulary
     (``pad_vocab_size``) for the ``num_seqs`` rows that get sampled, and one all-gather assembles
-    them. At TP=1 nothing is sent.
+    them. At TP=1 nothing is sent. Raises ``ValueError`` for a count below 1, ``num_seqs > num_tokens``,
+    or a padded vocabulary that does not split evenly over ``tp_size`` (vLLM's ``divide`` refuses it).
     """
     raise NotImplementedError(
-        "validate the ints (num_seqs <= num_tokens); TP=1 sends nothing; else 2 all-reduces per layer + 1 "
+        "validate the ints (num_seqs <= num_tokens); TP=1 sends nothing; refuse a padded vocabulary tp_size does not "
+        "divide; else 2 all-reduces per layer + 1 "
         "(embedding) of num_tokens*hidden*dtype_bytes, and 1 all-gather of num_seqs*(pad_vocab_size(vocab)/tp)*dtype_bytes"
     )
 
@@ -119,10 +121,12 @@ def predict_generate_collectives(prompt_lens: list[int], max_tokens: int, num_la
 
     Assumes every prompt fits the first step's token budget (no chunking) and no request stops
     early: step 0 schedules all prompt tokens and samples one token per sequence, then each of
-    the ``max_tokens - 1`` decode steps schedules one token per sequence.
+    the ``max_tokens - 1`` decode steps schedules one token per sequence. Raises ``ValueError`` for no
+    prompts, a prompt length below 1 or ``max_tokens`` below 1 (vLLM's ``SamplingParams`` refuses 0).
     """
     raise NotImplementedError(
-        "refuse no prompts; step 0 = every prompt token (len(prompt_lens) sequences), then max_tokens - 1 "
+        "refuse no prompts, lengths or max_tokens < 1; step 0 = every prompt token (len(prompt_lens) sequences), "
+        "then max_tokens - 1 "
         "decode steps of one token per sequence, each priced with predict_step_collectives"
     )
 

@@ -157,6 +157,10 @@ def test_step_prediction_varies_every_parameter():
         lab.predict_step_collectives(**dict(base, num_seqs=3, num_tokens=2), tp_size=2)
     with pytest.raises(ValueError, match="tp_size"):
         lab.predict_step_collectives(**base, tp_size=0)
+    with pytest.raises(ValueError, match="num_layers"):
+        lab.predict_step_collectives(**dict(base, num_layers=0), tp_size=2)
+    with pytest.raises(ValueError, match="vocabulary"):   # 512 logits over 3 ranks: 170 each would lose 2
+        lab.predict_step_collectives(**dict(base, vocab_size=512), tp_size=3)
 
 
 def test_generate_is_one_prefill_then_decode_steps():
@@ -170,6 +174,10 @@ def test_generate_is_one_prefill_then_decode_steps():
     assert len(lab.predict_generate_collectives([7], 1, 2, 256, 512, 2)) == 1, "max_tokens=1: the prefill step only"
     with pytest.raises(ValueError, match="no prompts"):
         lab.predict_generate_collectives([], 4, 2, 256, 512, 2)
+    with pytest.raises(ValueError, match="max_tokens"):   # vLLM's SamplingParams refuses it too: no step samples nothing
+        lab.predict_generate_collectives([7], 0, 2, 256, 512, 2)
+    with pytest.raises(ValueError, match="prompt length"):
+        lab.predict_generate_collectives([7, 0], 2, 2, 256, 512, 2)
 
 
 # --- tier 1: two gloo processes beside vLLM's real layers -------------------------------------------

@@ -225,3 +225,33 @@ def test_real_engine_n3_hits_what_you_predict():
     children = run.result["children"]
     assert sorted(c["index"] for c in children) == [0, 1, 2] and all(len(c["token_ids"]) == 8 for c in children)
     assert len({tuple(c["token_ids"]) for c in children}) > 1, "seeds 10, 11, 12 give the children different tails"
+
+
+# --- your fan-out against mini_vllm's engine, which does it for real ---------------------------
+@pytest.mark.parametrize("n, seed", [(3, 10), (5, 0), (2, None)])
+def test_your_fan_out_equals_mini_vllms_engine(n, seed):
+    from mini_vllm import LLMEngine, SamplingParams
+    from mini_vllm.parallel_sampling import ParentRequest as EngineParent
+
+    yours = lab.ParentRequest("req-0", n, seed=seed)
+    engine_parent = EngineParent("req-0", SamplingParams(n=n, temperature=1.0, seed=seed))
+    for i in range(n):
+        child_id, child_seed = yours.get_child_info(i)
+        want_id, want_params = engine_parent.get_child_info(i)
+        assert (child_id, child_seed) == (want_id, want_params.seed), (
+            f"child {i} of n={n}, seed={seed}: yours is {(child_id, child_seed)}, mini_vllm's engine queues "
+            f"{(want_id, want_params.seed)} — ids are '{{index}}_{{parent id}}' and seeds seed + index"
+        )
+    # The engine fans the request out; its prefix cache records what you predict.
+    prompt, block_size = [(7 * i + 3) % 250 for i in range(40 + 7 * n)], 8   # byte ids: the toy vocab is 257
+    engine = LLMEngine(block_size=block_size, num_gpu_blocks=128, enable_prefix_caching=True)
+    (result,) = engine.generate([prompt], SamplingParams(n=n, temperature=1.0, seed=seed, max_tokens=3, ignore_eos=True))
+    assert [c.index for c in result.outputs] == list(range(n)) and result.finished, (
+        "the engine returns one output per parent with its n completions in index order"
+    )
+    stats = engine.scheduler.kv_cache_manager.make_prefix_cache_stats()
+    assert (stats.queries, stats.hits) == lab.predict_counters(len(prompt), n, block_size), (
+        f"mini_vllm's engine recorded (queries, hits) = {(stats.queries, stats.hits)} for n={n} children of a "
+        f"{len(prompt)}-token prompt at block size {block_size}; predict_counters says "
+        f"{lab.predict_counters(len(prompt), n, block_size)}"
+    )

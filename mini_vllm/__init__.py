@@ -13,7 +13,7 @@ from .block_pool import (
     KVCacheBlock,
     hash_block_tokens,
 )
-from .config import CacheConfig, SchedulerConfig, VllmConfig, create_engine_config
+from .config import CacheConfig, SchedulerConfig, SpeculativeConfig, VllmConfig, create_engine_config
 from .cudagraph import (
     GraphEntry,
     GraphRunner,
@@ -55,6 +55,7 @@ __all__ = [
     "SamplingParams",
     "Scheduler",
     "SchedulerConfig",
+    "SpeculativeConfig",
     "SchedulerOutput",
     "ToyModel",
     "VllmConfig",

@@ -16,9 +16,16 @@ Rules, with upstream's where upstream has one:
 * ``max_model_len`` defaults to what the pool holds, ``(num_gpu_blocks - 1) * block_size``, and
   may not exceed it, so one request of maximal length always fits alone and preemption can
   never loop forever (upstream compares bytes and counts the null block as usable);
-* without chunked prefill, ``max_num_batched_tokens >= max_model_len`` (upstream's message).
+* without chunked prefill, ``max_num_batched_tokens >= max_model_len`` (upstream's message);
+* ``SpeculativeConfig`` (``vllm/config/speculative.py``): ``method`` is ``"ngram"`` (upstream also
+  spells it ``"[ngram]"``), ``num_speculative_tokens >= 1`` is required, ``prompt_lookup_min`` /
+  ``prompt_lookup_max >= 1``: neither given means 5 and 5, one given copies the other, and
+  ``prompt_lookup_min <= prompt_lookup_max`` (upstream's message). ``None`` on ``VllmConfig``
+  means speculation is off.
 
-Left out: everything about devices, memory fractions, dtypes, swap space, the model itself,
+Left out: every proposer but n-gram (EAGLE, MTP, Medusa, draft models, suffix decoding, their
+draft-model configs), the rejection sampler's "synthetic" mode, and everything about devices,
+memory fractions, dtypes, swap space, the model itself,
 and upstream's ``max_num_batched_tokens >= max_num_seqs`` rule (see README: mini accepts a
 budget smaller than the seat count; the budget then bounds the batch first).
 """
@@ -90,13 +97,65 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding with the n-gram (prompt-lookup) proposer: how many drafts, which n."""
+
+    method: str = "ngram"
+    num_speculative_tokens: int | None = None  # required
+    prompt_lookup_min: int | None = None  # None: copies prompt_lookup_max, or 5 when both are None
+    prompt_lookup_max: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method == "[ngram]":
+            object.__setattr__(self, "method", "ngram")
+        if self.method != "ngram":
+            raise ValueError(f"mini_vllm speculates with method='ngram' only, got method={self.method!r}")
+        if self.num_speculative_tokens is None:
+            raise ValueError("num_speculative_tokens must be provided with the ngram method")
+        _check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        for name, value in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
+            if value is not None:
+                _check_int(name, value, 1)
+        if lo is None and hi is None:
+            lo = hi = 5
+        elif lo is None:
+            lo = hi
+        elif hi is None:
+            hi = lo
+        assert lo is not None and hi is not None
+        if lo > hi:
+            raise ValueError(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
+        object.__setattr__(self, "prompt_lookup_min", lo)
+        object.__setattr__(self, "prompt_lookup_max", hi)
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """KV slots reserved past the scheduled tokens (upstream: ``Scheduler.num_lookahead_tokens``).
+
+        Only proposers that run a model on the draft positions (EAGLE, MTP, draft models) need
+        them, for the KV they write while drafting; n-gram drafts cost no KV, so 0. The drafts
+        themselves get slots because they are scheduled tokens.
+        """
+        return 0
+
+
+@dataclass(frozen=True)
 class VllmConfig:
     """Everything one engine is built from; ``scheduler_config.max_model_len`` is always set."""
 
     cache_config: CacheConfig = field(default_factory=CacheConfig)
     scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
 
     def __post_init__(self) -> None:
+        if isinstance(self.speculative_config, dict):  # the engine-argument spelling
+            object.__setattr__(self, "speculative_config", SpeculativeConfig(**self.speculative_config))
+        if self.speculative_config is not None and not isinstance(self.speculative_config, SpeculativeConfig):
+            raise TypeError(
+                "speculative_config must be a SpeculativeConfig, a dict or None, "
+                f"got {type(self.speculative_config).__name__}"
+            )
         if not isinstance(self.cache_config, CacheConfig):
             raise TypeError(f"cache_config must be a CacheConfig, got {type(self.cache_config).__name__}")
         if not isinstance(self.scheduler_config, SchedulerConfig):
@@ -131,12 +190,18 @@ _SCHEDULER_FIELDS = {f.name for f in fields(SchedulerConfig)}
 
 
 def create_engine_config(**engine_args: Any) -> VllmConfig:
-    """Flat keyword arguments (``block_size=4, max_num_seqs=2, ...``) → one ``VllmConfig``."""
+    """Flat keyword arguments (``block_size=4, max_num_seqs=2, ...``) → one ``VllmConfig``.
+
+    ``speculative_config`` is a dict (``{"method": "ngram", "num_speculative_tokens": 3}``, as
+    upstream's ``EngineArgs``), a ``SpeculativeConfig`` or ``None``.
+    """
+    speculative = engine_args.pop("speculative_config", None)
     unknown = sorted(set(engine_args) - _CACHE_FIELDS - _SCHEDULER_FIELDS)
     if unknown:
-        known = ", ".join(sorted(_CACHE_FIELDS | _SCHEDULER_FIELDS))
+        known = ", ".join(sorted(_CACHE_FIELDS | _SCHEDULER_FIELDS | {"speculative_config"}))
         raise TypeError(f"unknown engine argument(s) {unknown}; known: {known}")
     return VllmConfig(
         CacheConfig(**{k: v for k, v in engine_args.items() if k in _CACHE_FIELDS}),
         SchedulerConfig(**{k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}),
+        speculative,
     )

@@ -2,7 +2,9 @@
 
 Mirrors ``vllm/outputs.py`` (``RequestOutput`` with its ``CompletionOutput``) flattened into one
 record, since mini generates exactly one completion per request (no ``n``, no beam search) and
-only returns finished requests (no streaming deltas).
+only returns finished requests (no streaming deltas). ``DraftTokenIds`` mirrors
+``vllm/v1/outputs.py``: the drafts a proposer made after a step, handed to
+``Scheduler.update_draft_token_ids``.
 """
 
 from __future__ import annotations
@@ -19,3 +21,9 @@ class RequestOutput:
     text: str  # token_ids decoded, EOS skipped
     finish_reason: str | None  # "stop", "length" or "abort"
     finished: bool
+
+
+@dataclass(frozen=True)
+class DraftTokenIds:
+    req_ids: list[str]
+    draft_token_ids: list[list[int]]  # one list per request id, possibly empty

@@ -14,7 +14,14 @@ from .block_pool import (
     KVCacheBlock,
     hash_block_tokens,
 )
-from .config import CacheConfig, ParallelConfig, SchedulerConfig, VllmConfig, create_engine_config
+from .config import (
+    CacheConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+    create_engine_config,
+)
 from .cudagraph import (
     GraphEntry,
     GraphRunner,
@@ -63,6 +70,7 @@ __all__ = [
     "SamplingParams",
     "Scheduler",
     "SchedulerConfig",
+    "SpeculativeConfig",
     "SchedulerOutput",
     "StructuredOutputsParams",
     "ToyModel",

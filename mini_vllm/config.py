@@ -27,8 +27,15 @@ Rules, with upstream's where upstream has one:
 * ``tensor_parallel_size >= 1``; ``distributed_executor_backend`` is ``"uni"`` (one worker in the
   engine's process, TP=1 only), ``"mp"`` (one worker process per rank) or ``None``, which picks
   ``"uni"`` at TP=1 and ``"mp"`` above it, as upstream does on one host.
+* ``SpeculativeConfig`` (``vllm/config/speculative.py``): ``method`` is ``"ngram"`` (upstream also
+  spells it ``"[ngram]"``), ``num_speculative_tokens >= 1`` is required, ``prompt_lookup_min`` /
+  ``prompt_lookup_max >= 1``: neither given means 5 and 5, one given copies the other, and
+  ``prompt_lookup_min <= prompt_lookup_max`` (upstream's message). ``None`` on ``VllmConfig``
+  means speculation is off.
 
-Left out: pipeline, data and context parallelism, Ray, everything about devices, memory fractions, dtypes, swap space, the model itself,
+Left out: every proposer but n-gram (EAGLE, MTP, Medusa, draft models, suffix decoding, their
+draft-model configs), the rejection sampler's "synthetic" mode, pipeline, data and context
+parallelism, Ray, everything about devices, memory fractions, dtypes, swap space, the model itself,
 and upstream's ``max_num_batched_tokens >= max_num_seqs`` rule (see README: mini accepts a
 budget smaller than the seat count; the budget then bounds the batch first).
 """
@@ -147,6 +154,50 @@ class LoRAConfig:
 
 
 @dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding with the n-gram (prompt-lookup) proposer: how many drafts, which n."""
+
+    method: str = "ngram"
+    num_speculative_tokens: int | None = None  # required
+    prompt_lookup_min: int | None = None  # None: copies prompt_lookup_max, or 5 when both are None
+    prompt_lookup_max: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method == "[ngram]":
+            object.__setattr__(self, "method", "ngram")
+        if self.method != "ngram":
+            raise ValueError(f"mini_vllm speculates with method='ngram' only, got method={self.method!r}")
+        if self.num_speculative_tokens is None:
+            raise ValueError("num_speculative_tokens must be provided with the ngram method")
+        _check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        for name, value in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
+            if value is not None:
+                _check_int(name, value, 1)
+        if lo is None and hi is None:
+            lo = hi = 5
+        elif lo is None:
+            lo = hi
+        elif hi is None:
+            hi = lo
+        assert lo is not None and hi is not None
+        if lo > hi:
+            raise ValueError(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
+        object.__setattr__(self, "prompt_lookup_min", lo)
+        object.__setattr__(self, "prompt_lookup_max", hi)
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """KV slots reserved past the scheduled tokens (upstream: ``Scheduler.num_lookahead_tokens``).
+
+        Only proposers that run a model on the draft positions (EAGLE, MTP, draft models) need
+        them, for the KV they write while drafting; n-gram drafts cost no KV, so 0. The drafts
+        themselves get slots because they are scheduled tokens.
+        """
+        return 0
+
+
+@dataclass(frozen=True)
 class VllmConfig:
     """Everything one engine is built from; ``scheduler_config.max_model_len`` is always set."""
 
@@ -154,10 +205,18 @@ class VllmConfig:
     scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
     parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
     lora_config: LoRAConfig | None = None  # None: LoRA off (upstream: enable_lora=False)
+    speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
 
     def __post_init__(self) -> None:
         if self.lora_config is not None and not isinstance(self.lora_config, LoRAConfig):
             raise TypeError(f"lora_config must be a LoRAConfig or None, got {type(self.lora_config).__name__}")
+        if isinstance(self.speculative_config, dict):  # the engine-argument spelling
+            object.__setattr__(self, "speculative_config", SpeculativeConfig(**self.speculative_config))
+        if self.speculative_config is not None and not isinstance(self.speculative_config, SpeculativeConfig):
+            raise TypeError(
+                "speculative_config must be a SpeculativeConfig, a dict or None, "
+                f"got {type(self.speculative_config).__name__}"
+            )
         if not isinstance(self.cache_config, CacheConfig):
             raise TypeError(f"cache_config must be a CacheConfig, got {type(self.cache_config).__name__}")
         if not isinstance(self.scheduler_config, SchedulerConfig):
@@ -203,13 +262,17 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
     """Flat keyword arguments (``block_size=4, max_num_seqs=2, ...``) → one ``VllmConfig``.
 
     ``enable_lora=True`` builds a ``LoRAConfig`` from ``max_loras`` / ``max_lora_rank``; those two
-    without ``enable_lora=True`` are refused (upstream ignores them silently)."""
+    without ``enable_lora=True`` are refused (upstream ignores them silently). ``speculative_config``
+    is a dict (``{"method": "ngram", "num_speculative_tokens": 3}``, as upstream's ``EngineArgs``), a
+    ``SpeculativeConfig`` or ``None``.
+    """
     enable_lora = engine_args.pop("enable_lora", False)
     _check_bool("enable_lora", enable_lora)
+    speculative = engine_args.pop("speculative_config", None)
     fields = _CACHE_FIELDS | _SCHEDULER_FIELDS | _PARALLEL_FIELDS | _LORA_FIELDS
     unknown = sorted(set(engine_args) - fields)
     if unknown:
-        known = ", ".join(sorted(fields | {"enable_lora"}))
+        known = ", ".join(sorted(fields | {"enable_lora", "speculative_config"}))
         raise TypeError(f"unknown engine argument(s) {unknown}; known: {known}")
     lora_args = {k: v for k, v in engine_args.items() if k in _LORA_FIELDS}
     if lora_args and not enable_lora:
@@ -219,4 +282,5 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
         SchedulerConfig(**{k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}),
         parallel_config=ParallelConfig(**{k: v for k, v in engine_args.items() if k in _PARALLEL_FIELDS}),
         lora_config=LoRAConfig(**lora_args) if enable_lora else None,
+        speculative_config=speculative,
     )

@@ -48,6 +48,28 @@ tokens per request as well as a single token.
 
 The toy model only needs the *last* scheduled position of each request (it ignores the KV
 cache), so a 100-token prefill chunk costs one row, not 100.
+
+With speculative decoding (``speculative_config={"method": "ngram", ...}``) a step becomes::
+
+    out = scheduler.schedule()                           # drafts ride in num_scheduled_tokens
+    logits = model.forward(...)                          # one row per request without drafts;
+                                                         # k + 1 rows for one with k drafts: the
+                                                         # last real token and each draft position
+    bonus = sampler(row after the last draft)            # the request's own generator
+    accepted = rejection_sample(drafts, rows per draft, bonus)   # greedy: exact argmax match
+    finished = scheduler.update_from_output(out, {rid: accepted + [bonus or correction]})
+    scheduler.update_draft_token_ids(proposer.propose(...))      # n-gram drafts for next step
+
+The rows of a draft position go through the sampler's own logits processing, with the same
+inputs a decode step gives it (the engine hands the sampler no token history, so penalties,
+bad words and min-tokens see none, with or without speculation), so greedy output is exactly
+the output without speculation. Random requests verify
+with ``p`` = the sampler's distribution at that position (temperature, min-p, top-k, top-p) and
+``q`` one-hot on the n-gram draft, drawing the bonus, the uniforms and the recovered token's
+noise from the request's generator, in that order (upstream layout:
+``vllm/v1/spec_decode/metadata.py`` ``SpecDecodeMetadata``, ``vllm/v1/sample/rejection_sampler.py``
+``RejectionSampler.forward``). Left out: logprobs of drafts, draft probabilities (n-gram has
+none), upstream's async draft hand-off.
 """
 
 from __future__ import annotations
@@ -66,9 +88,10 @@ from .lora import LoRARequest
 from .outputs import CompletionOutput, RequestOutput
 from .parallel_sampling import ParentRequest
 from .request import Request, RequestStatus
-from .sampler import Sampler
+from .sampler import Sampler, apply_min_p, apply_top_k_top_p
 from .sampling_params import BeamSearchParams, SamplingParams
-from .scheduler import Scheduler
+from .scheduler import Scheduler, SchedulerOutput
+from .spec_decode import NgramProposer, parse_output, rejection_sample
 from .tokenizer import ByteTokenizer
 
 Prompt = str | Sequence[int]
@@ -89,8 +112,8 @@ class LLMEngine:
         Pass a ``VllmConfig``, or the flat engine arguments it is made from (``num_gpu_blocks``,
         ``block_size``, ``enable_prefix_caching``, ``max_num_seqs``, ``max_num_batched_tokens``,
         ``max_model_len``, ``long_prefill_token_threshold``, ``enable_chunked_prefill``; see
-        ``config.py``), and the parallel ones (``tensor_parallel_size``,
-        ``distributed_executor_backend``). ``max_model_len`` (prompt + output tokens) defaults to what the pool
+        ``config.py``), the parallel ones (``tensor_parallel_size``,
+        ``distributed_executor_backend``) and ``speculative_config``. ``max_model_len`` (prompt + output tokens) defaults to what the pool
         holds, ``(num_gpu_blocks - 1) * block_size``, and may not exceed it. ``seed`` seeds
         sampling only.
         """
@@ -114,6 +137,13 @@ class LLMEngine:
         self.structured_output_manager = StructuredOutputManager(
             GrammarCompiler(byte_vocab()), vllm_config.scheduler_config.max_num_seqs
         )
+        spec = vllm_config.speculative_config
+        self.drafter: NgramProposer | None = None
+        if spec is not None:
+            self.drafter = NgramProposer(
+                spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, self.max_model_len
+            )
+        self.num_steps = 0  # engine steps run (speculation's saving shows here)
         self._next_index = 0  # per-engine request counter: ids req-0, req-1, ...
         self._prompts: dict[str, str | None] = {}  # request id -> prompt text (None for token ids)
         self._generators: dict[str, np.random.Generator] = {}  # one RNG per request
@@ -293,6 +323,9 @@ class LLMEngine:
         """Run one engine step; return the requests that finished during it."""
         self._check_alive()
         out = self.scheduler.schedule()
+        self.num_steps += 1
+        if self.drafter is not None:
+            return self._step_with_drafts(out)
         reqs = out.scheduled_requests
         sampled: dict[str, int] = {}
         if reqs:
@@ -307,20 +340,26 @@ class LLMEngine:
         finished = self.scheduler.update_from_output(out, sampled)
         return [self._make_output(r) for r in finished]
 
-    def _sample(self, wanted: list[Request], logits: np.ndarray) -> list[int]:
+    def _sample(
+        self, wanted: list[Request], logits: np.ndarray, drafts: Sequence[Sequence[int]] | None = None
+    ) -> list[int]:
         """One token per row: the sampler gets what upstream's ``SamplingMetadata`` carries.
 
         Per row: the params, the request's own generator, and its token history when a knob
         reads it (upstream's ``InputBatch`` keeps ``output_token_ids`` and, for penalties, the
         prompt ids). Output history feeds penalties, bad words and min-tokens; the prompt only
-        the repetition penalty. A batch that sets none of them passes no history at all.
+        the repetition penalty. A batch that sets none of them passes no history at all. With
+        speculation, ``drafts[i]`` are row ``i``'s verified drafts, which its history includes.
         """
         params = [r.sampling_params for r in wanted]
         generators = [self._generators[r.request_id] for r in wanted]
         needs = [_reads_output(sp) for sp in params]
         if not any(needs):
             return self.sampler.sample_batch(logits, params, generators)
-        outputs = [r.output_token_ids if n else () for r, n in zip(wanted, needs)]
+        if drafts is None:
+            outputs = [r.output_token_ids if n else () for r, n in zip(wanted, needs)]
+        else:
+            outputs = [[*r.output_token_ids, *d] if n else () for r, n, d in zip(wanted, needs, drafts)]
         prompts = [r.prompt_token_ids if sp.repetition_penalty != 1.0 else () for r, sp in zip(wanted, params)]
         return self.sampler.sample_batch(logits, params, generators, output_token_ids=outputs,
                                          prompt_token_ids=prompts)
@@ -347,6 +386,109 @@ class LLMEngine:
             for rid, tokens in sampled.items():
                 if manager.should_advance(rid):
                     manager.accept_tokens(rid, [tokens] if isinstance(tokens, int) else tokens)
+
+    def _step_with_drafts(self, out: SchedulerOutput) -> list[RequestOutput]:
+        """One step with speculation: verify the scheduled drafts, then propose the next ones."""
+        reqs = out.scheduled_requests
+        spec = out.scheduled_spec_decode_tokens
+        tokens: list[int] = []
+        positions: list[int] = []
+        wanted: list[tuple[Request, int, list[int]]] = []  # request, first logits row, its drafts
+        for r in reqs:
+            n = out.num_scheduled_tokens[r.request_id]
+            if not Scheduler.needs_sample(r, n):
+                continue  # a mid-prefill chunk: no logits needed at all
+            drafts = spec.get(r.request_id, [])
+            wanted.append((r, len(tokens), drafts))
+            seq = r.all_token_ids
+            last = r.num_tokens - 1  # the last real token, then each draft in turn
+            tokens.append(seq[last])
+            positions.append(last)
+            tokens.extend(drafts)
+            positions.extend(range(last + 1, last + 1 + len(drafts)))
+        sampled: dict[str, int | list[int]] = {}
+        if wanted:
+            logits = self.model_executor.forward(np.array(tokens), np.array(positions))
+            sampled = self._verify(logits, wanted)
+            self._accept_grammar_tokens(sampled)
+        finished = self.scheduler.update_from_output(out, sampled)
+        self._propose([r for r, _, _ in wanted if not r.is_finished])
+        return [self._make_output(r) for r in finished]
+
+    def _verify(self, logits: np.ndarray, wanted: list[tuple[Request, int, list[int]]]) -> dict[str, int | list[int]]:
+        """Bonus tokens from the sampler, drafts checked by the rejection sampler; tokens per request."""
+        bonus_rows = [start + len(drafts) for _, start, drafts in wanted]
+        reqs = [r for r, _, _ in wanted]
+        # Exactly the sampling of a step without speculation (history, grammar) at the bonus position;
+        # a constrained request never has drafts (``_propose``), so its bonus row is its only row.
+        bonus = self._sample(reqs, self._apply_grammar_bitmask(reqs, logits[bonus_rows]), [d for _, _, d in wanted])
+        sampled: dict[str, int | list[int]] = {}
+        verify = [(i, w) for i, w in enumerate(wanted) if w[2]]
+        for i, (r, _, drafts) in enumerate(wanted):
+            if not drafts:
+                sampled[r.request_id] = bonus[i]  # no draft: exactly the non-speculative step
+        if not verify:
+            return sampled
+        rows = [start + j for _, (_, start, drafts) in verify for j in range(len(drafts))]
+        params = [r.sampling_params for _, (r, _, drafts) in verify for _ in drafts]
+        # Each draft position's history: the output so far plus the drafts before it (as the bonus row's).
+        outputs = [[*r.output_token_ids, *drafts[:j]] if _reads_output(r.sampling_params) else []
+                   for _, (r, _, drafts) in verify for j in range(len(drafts))]
+        prompts = [list(r.prompt_token_ids) if r.sampling_params.repetition_penalty != 1.0 else []
+                   for _, (r, _, drafts) in verify for _ in drafts]
+        target = self.sampler.apply_logits_processors(logits[rows].astype(np.float64), params, outputs, prompts)
+        random_rows = [k for k, sp in enumerate(params) if not sp.is_greedy]
+        if random_rows:  # the sampler's distribution at each position, as logits (-inf outside it)
+            sub = target[random_rows] / np.array([params[k].temperature for k in random_rows])[:, None]
+            min_p = np.array([params[k].min_p for k in random_rows])
+            if (min_p > 0).any():
+                apply_min_p(sub, min_p)
+            kept = apply_top_k_top_p(
+                sub, np.array([params[k].top_k for k in random_rows]), np.array([params[k].top_p for k in random_rows])
+            )
+            with np.errstate(divide="ignore"):
+                target[random_rows] = np.log(kept)
+        vocab = logits.shape[1]
+        uniforms, noise = [], []
+        for _, (r, _, drafts) in verify:
+            if r.sampling_params.is_greedy:  # the greedy path draws nothing
+                uniforms.append(np.zeros(len(drafts)))
+                noise.append(np.ones(vocab))
+            else:
+                g = self._generators[r.request_id]
+                uniforms.append(g.random(len(drafts)))
+                noise.append(g.exponential(size=vocab))
+        out = rejection_sample(
+            np.concatenate([drafts for _, (_, _, drafts) in verify]),
+            [len(drafts) for _, (_, _, drafts) in verify],
+            None,
+            target,
+            np.array([bonus[i] for i, _ in verify]),
+            np.array([r.sampling_params.is_greedy for _, (r, _, _) in verify]),
+            uniform_probs=np.concatenate(uniforms),
+            exponentials=np.stack(noise),
+        )
+        for (_, (r, _, _)), emitted in zip(verify, parse_output(out, vocab)):
+            sampled[r.request_id] = emitted
+        return sampled
+
+    def _propose(self, requests: list[Request]) -> None:
+        """n-gram drafts for every request that sampled this step and is still running.
+
+        A request with a grammar gets none: mini does not check drafts against a grammar (upstream
+        trims them with ``validate_tokens``; the hook here is ``validate_draft_tokens``).
+        """
+        assert self.drafter is not None
+        grammars = self.structured_output_manager.grammars
+        requests = [r for r in requests if r.request_id not in grammars]
+        if not requests:
+            return
+        counts = np.array([r.num_tokens for r in requests])
+        rows = np.zeros((len(requests), int(counts.max())), dtype=np.int64)
+        for i, r in enumerate(requests):
+            rows[i, : counts[i]] = r.all_token_ids[:]
+        drafts = self.drafter.propose([[1]] * len(requests), counts, rows)
+        self.scheduler.update_draft_token_ids({r.request_id: d for r, d in zip(requests, drafts)})
 
     def _make_output(self, request: Request) -> RequestOutput:
         """The output for a finished request; a child's is its parent's (finished once all are)."""

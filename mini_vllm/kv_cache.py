@@ -6,8 +6,8 @@ parts of ``vllm/v1/core/kv_cache_coordinator.py`` and ``single_type_kv_cache_man
 this class only; the pool's blocks are never touched by policy code.
 
 Left out: several KV cache groups (hybrid models, sliding window, Mamba), ``KVCacheBlocks``
-(a plain ``list[KVCacheBlock]`` stands in for the one group), lookahead/spec-decode slots,
-external (connector) tokens, encoder tokens, EAGLE's dropped last hit, KV events.
+(a plain ``list[KVCacheBlock]`` stands in for the one group), external (connector) tokens,
+encoder tokens, EAGLE's dropped last hit, KV events.
 
 Same behaviour as upstream, on purpose:
 
@@ -20,6 +20,10 @@ Same behaviour as upstream, on purpose:
 * Full blocks are registered in the prefix cache *at allocation time*, before their KV is
   computed, so a request admitted later in the same step already hits them.
 * ``free`` releases a request's blocks tail-first, so the tail of a prefix is evicted first.
+* Speculative decoding: a request may be scheduled past ``num_tokens`` (its drafts count, up to
+  ``num_tokens_with_spec``), ``num_lookahead_tokens`` more slots are reserved behind them
+  (capped at ``max_model_len``), and only real tokens are ever hashed and cached. Blocks a
+  rejected draft occupied stay with the request and are reused by the next step.
 """
 
 from __future__ import annotations
@@ -137,8 +141,12 @@ class KVCacheManager:
         num_new_computed_tokens: int = 0,
         new_computed_blocks: Sequence[KVCacheBlock] | None = None,
         full_sequence_must_fit: bool = False,
+        num_lookahead_tokens: int = 0,
     ) -> list[KVCacheBlock] | None:
         """Give ``request`` slots for ``num_new_tokens`` more tokens; the new blocks, or None.
+
+        ``num_lookahead_tokens`` more slots are reserved behind them (speculative decoding
+        proposers that write KV while drafting), never past ``max_model_len``.
 
         ``num_new_computed_tokens``/``new_computed_blocks`` are this admission's prefix hits
         (from ``get_computed_blocks``); ``request.num_computed_tokens`` does not include them
@@ -151,6 +159,8 @@ class KVCacheManager:
             raise TypeError(f"expected a Request, got {type(request).__name__}")
         if type(num_new_tokens) is not int or num_new_tokens < 1:
             raise ValueError(f"num_new_tokens must be an int >= 1, got {num_new_tokens!r}")
+        if type(num_lookahead_tokens) is not int or num_lookahead_tokens < 0:
+            raise ValueError(f"num_lookahead_tokens must be an int >= 0, got {num_lookahead_tokens!r}")
         new_computed = new_computed_blocks or ()
         if num_new_computed_tokens != len(new_computed) * self.block_size:
             raise ValueError(
@@ -162,15 +172,16 @@ class KVCacheManager:
         if new_computed and req_blocks:
             raise ValueError(f"request {rid} already holds blocks; prefix hits are only taken at admission")
         num_computed = request.num_computed_tokens + num_new_computed_tokens
-        if num_computed + num_new_tokens > request.num_tokens:
+        if num_computed + num_new_tokens > request.num_tokens_with_spec:
             raise ValueError(
                 f"request {rid}: {num_computed} computed + {num_new_tokens} new tokens exceeds "
-                f"its {request.num_tokens} tokens"
+                f"its {request.num_tokens_with_spec} tokens (drafts included)"
             )
         if self.enable_caching and not req_blocks:
             self._ensure_hashes(request)  # a request holding blocks was checked when it got them
         return self._allocate_slots(
-            request, num_new_tokens, num_new_computed_tokens, new_computed, full_sequence_must_fit
+            request, num_new_tokens, num_new_computed_tokens, new_computed, full_sequence_must_fit,
+            num_lookahead_tokens,
         )
 
     def _allocate_slots(
@@ -180,6 +191,7 @@ class KVCacheManager:
         num_new_computed_tokens: int,
         new_computed: Sequence[KVCacheBlock],
         full_sequence_must_fit: bool,
+        num_lookahead_tokens: int = 0,
     ) -> list[KVCacheBlock] | None:
         """``allocate_slots`` without the argument checks: the scheduler's hot path."""
         rid = request.request_id
@@ -189,7 +201,8 @@ class KVCacheManager:
         if req_blocks is not None and not new_computed and not full_sequence_must_fit:
             # A running request growing by a chunk or a decode token: the same rules, fewer calls.
             end = num_computed + num_new_tokens
-            num_new_blocks = -(-min(end, self.max_model_len) // self.block_size) - len(req_blocks)
+            need = min(end + num_lookahead_tokens, self.max_model_len)
+            num_new_blocks = -(-need // self.block_size) - len(req_blocks)
             if num_new_blocks > num_free:
                 return None
             new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
@@ -203,7 +216,7 @@ class KVCacheManager:
             full = min(request.num_tokens, self.max_model_len)
             if self._num_blocks_to_allocate(req_blocks, full, new_computed) > num_free:
                 return None
-        num_tokens_need_slot = min(num_computed + num_new_tokens, self.max_model_len)
+        num_tokens_need_slot = min(num_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         if self._num_blocks_to_allocate(req_blocks, num_tokens_need_slot, new_computed) > num_free:
             return None
 

@@ -4,6 +4,8 @@ Mirrors ``vllm/outputs.py``: ``RequestOutput`` holds ``outputs: list[CompletionO
 completion per sample (``n`` of them when ``SamplingParams.n > 1``, in index order; see
 ``parallel_sampling.py``). For the common ``n = 1`` case ``token_ids``, ``text`` and
 ``finish_reason`` read the first completion, so code written before ``n`` existed keeps working.
+``DraftTokenIds`` mirrors ``vllm/v1/outputs.py``: the drafts a proposer made after a step, handed
+to ``Scheduler.update_draft_token_ids``.
 
 Left out: per-token logprobs and the cumulative logprob in ``CompletionOutput``, prompt logprobs,
 metrics, LoRA, streaming deltas (mini returns a request's output when it finishes; a parent with
@@ -47,3 +49,9 @@ class RequestOutput:
     @property
     def finish_reason(self) -> str | None:
         return self.outputs[0].finish_reason
+
+
+@dataclass(frozen=True)
+class DraftTokenIds:
+    req_ids: list[str]
+    draft_token_ids: list[list[int]]  # one list per request id, possibly empty

@@ -16,7 +16,11 @@ identifier and placeholder range); ``has_encoder_inputs`` says whether there are
 ``lora_request`` names the request's adapter (``mini_vllm.lora.LoRARequest``, None for the base
 model); the scheduler reads it for the ``max_loras`` rule.
 
-Left out: pooling, the multimodal data itself (only what the scheduler reads), structured output, spec-decode tokens, async
+Speculative decoding adds a third number: ``spec_token_ids``, the drafts proposed after the
+last step, and ``num_tokens_with_spec = num_tokens + len(spec_token_ids)``, the target the
+scheduler makes ``num_computed_tokens`` chase, so drafts ride the same gap as everything else.
+
+Left out: pooling, the multimodal data itself (only what the scheduler reads), structured output, async
 output placeholders, streaming sessions, events/stats, priority. ``RequestStatus`` keeps only
 the members mini uses, in upstream's order, so ``is_finished`` is still ``status > PREEMPTED``.
 ``is_finished`` is a property here (a method upstream), so ``if req.is_finished:`` is never a
@@ -166,6 +170,8 @@ class Request:
 
         self.num_computed_tokens = 0
         self.num_preemptions = 0
+        self.spec_token_ids: list[int] = []  # drafts to verify next step (speculative decoding)
+        self.is_prefill_chunk = False  # the last step was a mid-prefill chunk (set by the scheduler)
 
         # Chained hashes of the full blocks, extended as tokens arrive (upstream: block_hasher).
         self.block_hashes: list[bytes] = []
@@ -180,6 +186,11 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self._all_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        """``num_tokens`` plus the drafts waiting to be verified."""
+        return len(self._all_token_ids) + len(self.spec_token_ids)
 
     @property
     def num_output_tokens(self) -> int:

@@ -3,11 +3,13 @@
 Mirrors ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, ``update_from_output``,
 ``_preempt_request``, ``add_request``, ``finish_requests``) and ``vllm/v1/core/sched/output.py``
 (``SchedulerOutput``) for the FCFS policy. One rule drives everything: give each request
-tokens so ``num_computed_tokens`` catches up with ``num_tokens``. A step::
+tokens so ``num_computed_tokens`` catches up with ``num_tokens_with_spec`` (``num_tokens`` plus
+the drafts of speculative decoding, if any). A step::
 
     budget = max_num_batched_tokens
     RUNNING, in order:   n = min(behind, threshold, budget, max_model_len-1-computed)
-                         allocate_slots(n); on None preempt running[-1] and retry
+                         allocate_slots(n, lookahead); on None preempt running[-1] and retry
+                         drafts inside n -> scheduled_spec_decode_tokens (cut to fit n)
     WAITING, FCFS:       only if nobody was preempted this step and len(running) < max_num_seqs;
                          with LoRA on, a request whose adapter would make more than max_loras
                          distinct adapters this step is skipped (the walk goes on; it keeps its
@@ -28,9 +30,18 @@ free, the chunk cut at the doorstep of an image that cannot run this step) befor
 allocated, and ``_commit_encoder_inputs`` books the encodes once it is. ``SchedulerOutput``
 lists them (``scheduled_encoder_inputs``) with the hashes evicted from the encoder cache.
 
-Left out (see README): async scheduling and output placeholders, speculative decoding,
-structured output, encoder-decoder models and remote encoder caches, KV connectors, PRIORITY policy, pipeline
-parallelism, pause states, stats beyond prefix-cache counters.
+Speculative decoding (upstream's hooks, same names): ``update_draft_token_ids`` stores each
+running request's drafts; ``schedule`` schedules them with the request and reports them in
+``scheduled_spec_decode_tokens``; ``update_from_output`` takes a *list* of tokens per request
+(the accepted drafts plus one bonus or correction token), rolls ``num_computed_tokens`` back by
+the rejected drafts (their KV is garbage; the blocks stay and are rewritten next step), checks
+stop conditions token by token (a stop mid-list drops the rest) and counts ``SpecDecodingStats``.
+A preempted request loses its drafts.
+
+Left out (see README): async scheduling and output placeholders, structured output,
+encoder-decoder models and remote encoder caches, KV connectors, PRIORITY policy, pipeline
+parallelism, pause states, stats beyond the prefix-cache and spec-decode counters, grammar checks
+of drafts.
 
 LoRA: upstream keeps skipped requests in a second queue (``skipped_waiting``) that it walks
 before ``waiting``; mini puts them back at the front of its one queue, which is the same walk
@@ -47,8 +58,10 @@ is what ``needs_sample`` reads). The decisions are the same.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .config import VllmConfig
 from .kv_cache import KVCacheManager
@@ -59,7 +72,9 @@ from .multimodal import (
     free_consumed_encoder_inputs,
     try_schedule_encoder_inputs,
 )
+from .outputs import DraftTokenIds
 from .request import Request, RequestStatus, is_token_id
+from .spec_decode import SpecDecodingStats
 
 
 @dataclass
@@ -76,6 +91,7 @@ class SchedulerOutput:
     scheduled_requests: list[Request] = field(default_factory=list)  # every scheduled request
     scheduled_encoder_inputs: dict[str, list[int]] = field(default_factory=dict)  # request id -> images to encode
     free_encoder_mm_hashes: list[str] = field(default_factory=list)  # evicted from the encoder cache this step
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)  # drafts to verify
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -96,6 +112,10 @@ class Scheduler:
         self.max_model_len = vllm_config.max_model_len
         self.block_size = self.cache_config.block_size
         self.kv_cache_manager = KVCacheManager(self.cache_config, self.max_model_len)
+        spec = vllm_config.speculative_config
+        self.num_spec_tokens = spec.num_speculative_tokens if spec is not None else 0
+        self.num_lookahead_tokens = spec.num_lookahead_tokens if spec is not None else 0
+        self.spec_decoding_stats: SpecDecodingStats | None = None  # the last update_from_output's
 
         self.requests: dict[str, Request] = {}  # every unfinished request, by id
         self._waiting: deque[Request] = deque()
@@ -212,12 +232,13 @@ class Scheduler:
         running_reqs: list[Request] = []
         preempted: list[Request] = []
         self._encoder_budget, self._scheduled_encoder_inputs = self.max_num_encoder_input_tokens, {}
+        spec_decode_tokens: dict[str, list[int]] = {}
 
         # First, the RUNNING requests, oldest first.
         req_index = 0
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
-            behind = request.num_tokens - request.num_computed_tokens
+            behind = request.num_tokens_with_spec - request.num_computed_tokens
             num_new_tokens = self._clamp_new_tokens(behind, token_budget)
             # and never a position past max_model_len - 1
             num_new_tokens = min(num_new_tokens, self.max_model_len - 1 - request.num_computed_tokens)
@@ -231,7 +252,9 @@ class Scheduler:
                 req_index += 1
                 continue
             while True:
-                new_blocks = kv._allocate_slots(request, num_new_tokens, 0, (), False)  # trusted caller
+                new_blocks = kv._allocate_slots(  # trusted caller
+                    request, num_new_tokens, 0, (), False, self.num_lookahead_tokens
+                )
                 if new_blocks is not None:
                     break
                 victim = running.pop()  # FCFS: the most recently admitted
@@ -248,6 +271,8 @@ class Scheduler:
             new_block_ids[request.request_id] = [b.block_id for b in new_blocks]
             token_budget -= num_new_tokens
             req_index += 1
+            if request.spec_token_ids:
+                self._schedule_spec_tokens(request, num_new_tokens, spec_decode_tokens)
 
         # Then the WAITING requests, but never in a step that had to preempt.
         if not preempted:
@@ -301,6 +326,7 @@ class Scheduler:
             scheduled_requests=scheduled,
             scheduled_encoder_inputs=self._scheduled_encoder_inputs,
             free_encoder_mm_hashes=self.encoder_cache_manager.get_freed_mm_hashes(),
+            scheduled_spec_decode_tokens=spec_decode_tokens,
         )
         self.finished_req_ids = set()
         self._pending_output = output
@@ -322,6 +348,18 @@ class Scheduler:
         if lora_config is None or request.lora_request is None:
             return True
         return claim_adapter(loras, request.lora_request.lora_int_id, lora_config.max_loras)
+
+    @staticmethod
+    def _schedule_spec_tokens(request: Request, num_new_tokens: int, spec_decode_tokens: dict[str, list[int]]) -> None:
+        """Record the drafts that fit in this step's ``num_new_tokens``; the request's list is spent.
+
+        The tokens past ``num_tokens`` are drafts; the budget or ``max_model_len`` may have cut
+        some (or all) of them. Fresh drafts arrive through ``update_draft_token_ids``.
+        """
+        num_scheduled_spec = num_new_tokens + request.num_computed_tokens - request.num_tokens
+        if num_scheduled_spec > 0:
+            spec_decode_tokens[request.request_id] = request.spec_token_ids[:num_scheduled_spec]
+        request.spec_token_ids = []
 
     def _clamp_new_tokens(self, num_new_tokens: int, token_budget: int) -> int:
         """Chunked prefill in one line: cap by ``long_prefill_token_threshold`` (0 = off), then the budget."""
@@ -373,6 +411,7 @@ class Scheduler:
         self.encoder_cache_manager.free(request.request_id)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        request.spec_token_ids = []
         request.num_preemptions += 1
         self._waiting.appendleft(request)
 
@@ -381,41 +420,54 @@ class Scheduler:
         """True when this step's tokens finish catching up, so its last logits give a new token.
 
         Evaluate it before ``update_from_output`` (the counter has not moved yet). A mid-prefill
-        chunk is False: its logits belong to a prompt position and are thrown away.
+        chunk is False: its logits belong to a prompt position and are thrown away. Scheduled
+        drafts lie past ``num_tokens``, so a step that carries drafts always samples.
         """
-        return request.num_computed_tokens + num_scheduled_tokens == request.num_tokens
+        return request.num_computed_tokens + num_scheduled_tokens >= request.num_tokens
 
     def update_from_output(
         self,
         scheduler_output: SchedulerOutput,
-        sampled_token_ids: Mapping[str, int] | None = None,
+        sampled_token_ids: Mapping[str, int | Sequence[int]] | None = None,
     ) -> list[Request]:
         """Apply a step's results; return the requests that finished, in scheduling order.
 
         ``sampled_token_ids`` maps each request that ``needs_sample`` to its new token (and has
-        no entry for a mid-prefill chunk). Counters advance, tokens are appended, stop checks run
-        (EOS, stop tokens, then ``max_tokens``/``max_model_len``), finished requests leave
-        ``running`` and free their blocks. Call it every step, even when nothing was sampled.
+        no entry for a mid-prefill chunk). With speculative decoding the value may be a list:
+        the accepted drafts, then one bonus or correction token (1 to ``len(drafts) + 1``
+        tokens). Counters advance, rejected drafts are rolled back, tokens are appended one by
+        one with the stop checks (EOS, stop tokens, then ``max_tokens``/``max_model_len``) after
+        each, finished requests leave ``running`` and free their blocks. Call it every step,
+        even when nothing was sampled.
         """
         if scheduler_output is not self._pending_output:
             raise ValueError("update_from_output() needs the output of the latest schedule(), exactly once")
         sampled = dict(sampled_token_ids or {})
         scheduled = scheduler_output.num_scheduled_tokens
+        spec = scheduler_output.scheduled_spec_decode_tokens
         for rid, tok in sampled.items():
             if rid not in scheduled:
                 raise ValueError(f"a token was sampled for {rid!r}, which was not scheduled this step")
-            if not is_token_id(tok):
-                raise ValueError(f"sampled token for {rid!r} must be a non-negative int, got {tok!r}")
+            if is_token_id(tok):
+                continue
+            if isinstance(tok, (str, bytes)) or not isinstance(tok, (Sequence, np.ndarray)):
+                raise ValueError(f"sampled token for {rid!r} must be a non-negative int or a list of them, got {tok!r}")
+            limit = len(spec.get(rid, ())) + 1
+            if not 1 <= len(tok) <= limit or not all(is_token_id(t) for t in tok):
+                raise ValueError(
+                    f"request {rid!r} must get 1 to {limit} token ids (accepted drafts + one more), got {list(tok)!r}"
+                )
         for request in scheduler_output.scheduled_requests:
             if request.status > RequestStatus.PREEMPTED:  # aborted after it was scheduled: no token
                 continue
             # needs_sample, inlined (this loop runs once per scheduled request per step)
-            wants = request.num_computed_tokens + scheduled[request.request_id] == request.num_tokens
+            wants = request.num_computed_tokens + scheduled[request.request_id] >= request.num_tokens
             if wants != (request.request_id in sampled):
                 what = "needs a sampled token" if wants else "is mid-prefill and must not get a token"
                 raise ValueError(f"request {request.request_id!r} {what}")
         self._pending_output = None
 
+        self.spec_decoding_stats = None
         finished: list[Request] = []
         for request in scheduler_output.scheduled_requests:
             if request.status > RequestStatus.PREEMPTED:  # aborted after it was scheduled
@@ -426,11 +478,78 @@ class Scheduler:
                     request.request_id, request.mm_features, request.num_computed_tokens, self.encoder_cache_manager
                 )
             token = sampled.get(request.request_id)
-            if token is not None:
+            request.is_prefill_chunk = token is None
+            if token is None:
+                continue
+            if spec and request.request_id in spec:
+                if self._update_request_with_output(request, token, spec[request.request_id]):
+                    finished.append(request)
+            elif type(token) is int or is_token_id(token):
                 request.append_output_token_ids(token)
                 if request.maybe_finish(self.max_model_len):
                     finished.append(request)
+            elif self._update_request_with_output(request, token, ()):
+                finished.append(request)
         self._num_finished_in_running += len(finished)  # swept out on the next read
         for request in finished:
             self._free_request(request)
         return finished
+
+    def _update_request_with_output(
+        self, request: Request, new_token_ids: int | Sequence[int], drafts: Sequence[int]
+    ) -> bool:
+        """Roll back the rejected drafts, then append token by token; True if the request stopped.
+
+        ``len(new_token_ids) - 1`` drafts were accepted (the last token is the bonus or the
+        correction); the KV computed for the other drafts is wrong, so ``num_computed_tokens``
+        forgets them and the next step recomputes from the first rejected position.
+        """
+        tokens = [new_token_ids] if is_token_id(new_token_ids) else list(new_token_ids)
+        if drafts:
+            num_accepted = len(tokens) - 1
+            request.num_computed_tokens -= len(drafts) - num_accepted
+            if self.spec_decoding_stats is None:
+                self.spec_decoding_stats = SpecDecodingStats.new(self.num_spec_tokens)
+            self.spec_decoding_stats.observe_draft(len(drafts), num_accepted)
+        for token in tokens:
+            request.append_output_token_ids(token)
+            if request.maybe_finish(self.max_model_len):
+                return True  # a stop mid-list: the tokens after it are dropped
+        return False
+
+    def update_draft_token_ids(self, draft_token_ids: DraftTokenIds | Mapping[str, Sequence[int]]) -> None:
+        """Store the drafts proposed after a step; the next ``schedule()`` verifies them.
+
+        Requests that finished meanwhile are skipped; one that is not RUNNING or whose last
+        step was a mid-prefill chunk gets none (its drafts are cleared), as upstream. Everything
+        is checked before anything changes: speculation must be on, ids unique strings, each
+        draft at most ``num_speculative_tokens`` token ids.
+        """
+        if isinstance(draft_token_ids, DraftTokenIds):
+            pairs = list(zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids, strict=True))
+        elif isinstance(draft_token_ids, Mapping):
+            pairs = list(draft_token_ids.items())
+        else:
+            raise TypeError(f"expected DraftTokenIds or a mapping, got {type(draft_token_ids).__name__}")
+        if not self.num_spec_tokens and any(len(d) for _, d in pairs):
+            raise ValueError("speculative decoding is off (no speculative_config): drafts cannot be verified")
+        for rid, drafts in pairs:
+            if isinstance(drafts, (str, bytes)) or not isinstance(drafts, (Sequence, np.ndarray)):
+                raise ValueError(f"drafts for {rid!r} must be a list of token ids, got {drafts!r}")
+            if len(drafts) > self.num_spec_tokens or not all(is_token_id(t) for t in drafts):
+                raise ValueError(
+                    f"drafts for {rid!r} must be at most num_speculative_tokens={self.num_spec_tokens} "
+                    f"token ids, got {list(drafts)!r}"
+                )
+        for rid, drafts in pairs:
+            request = self.requests.get(rid)
+            if request is None or request.is_finished:
+                continue
+            if request.status != RequestStatus.RUNNING or request.is_prefill_chunk:
+                request.spec_token_ids = []  # a prefill chunk (or not running): no drafts
+                continue
+            request.spec_token_ids = [int(t) for t in drafts]
+
+    def make_spec_decoding_stats(self) -> SpecDecodingStats | None:
+        """The last ``update_from_output``'s counters (None when no draft was verified)."""
+        return self.spec_decoding_stats

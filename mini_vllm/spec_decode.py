@@ -14,7 +14,9 @@ Mirrors two upstream files, in numpy and without a device:
   ``max(p − q, 0)`` normalised, using upstream's exponential race ``argmax(residual / E)``), the
   bonus token when every draft is accepted, and ``PLACEHOLDER_TOKEN_ID`` padding.
 
-Plain arrays in, arrays out, so the scheduler can call it later. Left out: numba threading and
+Also ``SpecDecodingStats`` (``vllm/v1/spec_decode/metrics.py``), which the scheduler fills in
+``update_from_output``. The scheduler and the engine drive all of this (see ``scheduler.py``
+and ``engine.py``). Left out: numba threading and
 preallocated batch buffers, the Triton kernels (the loops below are what each program does),
 logits processors, penalties and top-k/top-p on the target rows (callers pass logits already
 divided by the temperature), logprobs, and the "synthetic" acceptance mode.
@@ -23,10 +25,40 @@ divided by the temperature), logprobs, and the "synthetic" acceptance mode.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 PLACEHOLDER_TOKEN_ID = -1  # a rejected (or never reached) position in the output rows
+
+
+# ----------------------------------------------------------------------------- the stats
+
+
+@dataclass
+class SpecDecodingStats:
+    """One step's speculation counters (upstream: ``SpecDecodingStats``, same fields).
+
+    A *draft* is one request's list of draft tokens verified this step; ``num_accepted_tokens``
+    counts accepted drafts (the bonus or correction token is not one of them).
+    """
+
+    num_spec_tokens: int
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+
+    @classmethod
+    def new(cls, num_spec_tokens: int) -> SpecDecodingStats:
+        return cls(num_spec_tokens=num_spec_tokens, num_accepted_tokens_per_pos=[0] * num_spec_tokens)
+
+    def observe_draft(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft_tokens
+        self.num_accepted_tokens += num_accepted_tokens
+        for i in range(num_accepted_tokens):
+            self.num_accepted_tokens_per_pos[i] += 1
 
 
 # ----------------------------------------------------------------------------- the drafter

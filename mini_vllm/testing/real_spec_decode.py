@@ -10,6 +10,11 @@ is upstream's numba code; its first call compiles (about a second).
 generator in a fixed order (the uniforms first, then one row of Exp(1) noise per request), so
 ``torch_randomness(seed, ...)`` reproduces them exactly and mini's ``rejection_sample`` can be
 fed the same draws.
+
+``run_real_spec_trace`` drives the real ``Scheduler`` (built with an n-gram
+``SpeculativeConfig``) through a ``spec_traces`` trace: the verifier is the real
+``RejectionSampler`` or the plain greedy rule, the drafter the real ``NgramProposer`` or mini's
+(proven equal to it in ``test_spec_decode.py``), so a fast test can skip numba's compile.
 """
 
 from __future__ import annotations
@@ -26,19 +31,33 @@ import warnings
 import numpy as np
 
 from . import real_vllm  # noqa: F401  (the CPU recipe: env, logging, the stub architecture)
-from .traces import SchedConfig
+from .spec_traces import VOCAB, SpecStepRecord, SpecTraceConfig, greedy_verify, periodic_target
+from .traces import FAKE_EOS, Arrival, SchedConfig
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import torch
     from vllm.config import SpeculativeConfig
+    from vllm.sampling_params import SamplingParams as VllmSamplingParams
+    from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.request import Request as VllmRequest
     from vllm.v1.sample.logits_processor import LogitsProcessors
     from vllm.v1.sample.metadata import SamplingMetadata
     from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler
     from vllm.v1.sample.rejection_sampler import rejection_sample as _vllm_rejection_sample
+    from vllm.v1.sample.sampler import Sampler as VllmSampler
+    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
     from vllm.v1.spec_decode.ngram_proposer import NgramProposer as VllmNgramProposer
 
-__all__ = ["PLACEHOLDER_TOKEN_ID", "RejectionSampler", "make_ngram_proposer", "rejection_sample", "torch_randomness"]
+__all__ = [
+    "PLACEHOLDER_TOKEN_ID",
+    "RejectionSampler",
+    "make_ngram_proposer",
+    "rejection_sample",
+    "run_real_spec_trace",
+    "torch_randomness",
+]
 
 
 def make_ngram_proposer(
@@ -113,3 +132,122 @@ def torch_randomness(seed: int, num_tokens: int, batch: int, vocab: int) -> tupl
     uniforms = torch.rand((num_tokens,), dtype=torch.float64, device=device())
     exponentials = torch.empty((batch, vocab), dtype=torch.float32, device=device()).exponential_()
     return uniforms.cpu().numpy(), exponentials.cpu().numpy().astype(np.float64)
+
+
+def real_verify(targets, ctxs, drafts) -> list[list[int]]:
+    """The real ``RejectionSampler`` (greedy) on one-hot-ish target logits, laid out as the runner does:
+    each request's draft positions, then its bonus position."""
+    if not any(drafts):
+        return [[t(c)] for t, c in zip(targets, ctxs)]
+    rows, target_idx, bonus_idx = [], [], []
+    for t, c, d in zip(targets, ctxs, drafts):
+        for j in range(len(d) + 1):
+            (target_idx if j < len(d) else bonus_idx).append(len(rows))
+            row = np.full(VOCAB, -10.0, dtype=np.float32)
+            row[t([*c, *d[:j]])] = 10.0
+            rows.append(row)
+    meta = SpecDecodeMetadata.make_dummy([list(d) for d in drafts], device())
+    meta.target_logits_indices = torch.tensor(target_idx, dtype=torch.int32)
+    meta.bonus_logits_indices = torch.tensor(bonus_idx, dtype=torch.int32)
+    logits = torch.from_numpy(np.stack(rows))
+    out = RejectionSampler(VllmSampler())(meta, None, logits, sampling_metadata([0.0] * len(drafts)))
+    return RejectionSampler.parse_output(out.sampled_token_ids, VOCAB)[0]
+
+
+def _python_verify(targets, ctxs, drafts) -> list[list[int]]:
+    return [greedy_verify(t, c, d) for t, c, d in zip(targets, ctxs, drafts)]
+
+
+def run_real_spec_trace(
+    config: SpecTraceConfig, trace: list[Arrival], *, real_proposer: bool = False, real_sampler: bool = False,
+    max_steps: int = 2000,
+) -> list[SpecStepRecord]:
+    """The real ``Scheduler`` with speculation, one ``SpecStepRecord`` per step (see ``spec_traces``)."""
+    from ..spec_decode import NgramProposer as MiniNgramProposer
+
+    sc = config.sched
+    vllm_config = real_vllm.make_vllm_config(sc)
+    if config.num_speculative_tokens:
+        vllm_config.speculative_config = SpeculativeConfig(
+            target_model_config=vllm_config.model_config,
+            target_parallel_config=vllm_config.parallel_config,
+            method="ngram",
+            num_speculative_tokens=config.num_speculative_tokens,
+            prompt_lookup_min=config.prompt_lookup_min,
+            prompt_lookup_max=config.prompt_lookup_max,
+        )
+    sched = real_vllm.rv.make_scheduler(vllm_config, log_stats=True)
+    hasher = real_vllm.rv.make_block_hasher(vllm_config)
+    if not config.num_speculative_tokens:
+        proposer = None
+    elif real_proposer:
+        proposer = VllmNgramProposer(vllm_config)
+    else:
+        proposer = MiniNgramProposer(
+            config.num_speculative_tokens, config.prompt_lookup_min, config.prompt_lookup_max, sc.max_model_len
+        )
+    verify = real_verify if real_sampler else _python_verify
+    kv = sched.kv_cache_manager
+    arrivals = sorted(trace, key=lambda a: a.step)
+    targets, requests = {}, {}
+    records: list[SpecStepRecord] = []
+    step = 0
+    while arrivals or sched.has_unfinished_requests():
+        while arrivals and arrivals[0].step <= step:
+            a = arrivals.pop(0)
+            params = VllmSamplingParams(max_tokens=a.max_tokens, ignore_eos=a.eos_at is None)
+            if a.eos_at is not None:
+                params.update_from_generation_config({}, eos_token_id=FAKE_EOS)
+            r = VllmRequest(request_id=a.request_id, prompt_token_ids=list(a.prompt_token_ids),
+                            sampling_params=params, pooling_params=None, block_hasher=hasher)
+            sched.add_request(r)
+            requests[a.request_id] = r
+            targets[a.request_id] = periodic_target(len(a.prompt_token_ids), a.eos_at)
+        out: VllmSchedulerOutput = sched.schedule()
+        req_ids = list(out.num_scheduled_tokens)
+        spec = {rid: list(d) for rid, d in out.scheduled_spec_decode_tokens.items()}
+        due = [rid for rid in req_ids if not requests[rid].is_prefill_chunk]
+        emitted = dict(zip(due, verify(
+            [targets[rid] for rid in due], [list(requests[rid].all_token_ids) for rid in due],
+            [spec.get(rid, []) for rid in due],
+        )))
+        before = {rid: requests[rid].num_output_tokens for rid in req_ids}
+        runner_output = ModelRunnerOutput(
+            req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=[emitted.get(rid, []) for rid in req_ids],
+        )
+        engine_outputs = sched.update_from_output(out, runner_output)
+        finished, stats = [], None
+        for eco in engine_outputs.values():
+            for o in eco.outputs:
+                if o.finish_reason is not None:
+                    finished.append((o.request_id, str(o.finish_reason)))
+            if eco.scheduler_stats is not None:
+                stats = eco.scheduler_stats.spec_decoding_stats
+        alive = [rid for rid in due if not requests[rid].is_finished()]
+        if alive and proposer is not None:
+            counts = np.array([requests[rid].num_tokens for rid in alive], dtype=np.int32)
+            rows = np.zeros((len(alive), sc.max_model_len), dtype=np.int32)
+            for i, rid in enumerate(alive):
+                rows[i, : counts[i]] = list(requests[rid].all_token_ids)
+            drafts = proposer.propose([[1]] * len(alive), counts, rows)
+            sched.update_draft_token_ids(DraftTokenIds(alive, [list(d) for d in drafts]))
+        records.append(SpecStepRecord(
+            num_scheduled_tokens=dict(out.num_scheduled_tokens),
+            spec_tokens=spec,
+            generated={rid: list(requests[rid].output_token_ids[n:]) for rid, n in before.items()},
+            num_emitted={rid: len(e) for rid, e in emitted.items()},
+            num_computed_tokens={rid: r.num_computed_tokens for rid, r in requests.items() if not r.is_finished()},
+            finished=finished,
+            preempted=set(out.preempted_req_ids or ()),
+            block_ids={r.request_id: list(kv.get_block_ids(r.request_id)[0]) for r in sched.running},
+            num_free_blocks=kv.block_pool.get_num_free_blocks(),
+            spec_stats=None if stats is None else (
+                stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens,
+                tuple(stats.num_accepted_tokens_per_pos),
+            ),
+        ))
+        step += 1
+        if step > max_steps:
+            raise RuntimeError("spec trace did not finish on the real scheduler")
+    return records

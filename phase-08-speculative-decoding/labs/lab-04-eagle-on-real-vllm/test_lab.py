@@ -153,6 +153,12 @@ def test_reconcile_measures_how_far_correlated_counts_are_from_the_model():
         f"max |measured - alpha^(i+1)| over the positions: position 4 has 0.510 against 0.354; got {r.max_position_gap}"
     )
     assert not r.full_drafts, "4000 draft tokens over 1000 cycles at k = 5: some cycles were short (an n-gram drafter)"
+    hard_first = lab.reconcile(lab.SpecCounters(1000, 5000, 2800, (600, 580, 560, 540, 520)), 5)
+    assert hard_first.max_position_gap == pytest.approx(0.213, abs=1e-3), (
+        f"the gap is |measured - model| in either direction: here the model over-predicts position 0 "
+        f"(0.600 against 0.813) by more than it under-predicts position 4 (0.520 against 0.354); "
+        f"got {hard_first.max_position_gap}"
+    )
 
 
 def test_reconcile_edges():
@@ -163,8 +169,9 @@ def test_reconcile_edges():
 
 
 def test_every_promised_error():
-    with pytest.raises(ValueError, match="num_speculative_tokens"):
-        lab.reconcile(lab.SpecCounters(4, 12, 3, (2, 1, 0)), 4)
+    for k in (4, 2):    # k above and below the length of vLLM's per-position vector (3)
+        with pytest.raises(ValueError, match="num_speculative_tokens"):
+            lab.reconcile(lab.SpecCounters(4, 12, 3, (2, 1, 0)), k)
     for fn in (lab.mean_acceptance_length, lab.per_position_rates, lab.conditional_rates, lab.draft_acceptance_rate):
         with pytest.raises(ValueError, match="no cycle"):
             fn(lab.SpecCounters(0, 0, 0, (0, 0)))

@@ -114,8 +114,10 @@ def test_the_three_logged_figures_have_three_denominators():
         "per-position rate i = cycles that kept draft i / all cycles (not / draft tokens)"
     )
     ragged = lab.SpecCounters(4, 7, 3, (2, 1, 0, 0))   # n-gram: a cycle may carry fewer than k drafts
-    assert lab.draft_acceptance_rate(ragged) == pytest.approx(3 / 7) and lab.mean_acceptance_length(ragged) == 1.75
-    assert lab.per_position_rates(ragged) == [0.5, 0.25, 0.0, 0.0]
+    assert lab.draft_acceptance_rate(ragged) == pytest.approx(3 / 7) and lab.mean_acceptance_length(ragged) == 1.75, (
+        "short cycles: the rate divides by the 7 drafts actually proposed (not cycles x k = 16); the length is 1 + 3 / 4"
+    )
+    assert lab.per_position_rates(ragged) == [0.5, 0.25, 0.0, 0.0], "per-position counts over the 4 cycles"
 
 
 def test_conditional_rates_expose_correlation():
@@ -163,9 +165,13 @@ def test_reconcile_measures_how_far_correlated_counts_are_from_the_model():
 
 def test_reconcile_edges():
     none = lab.reconcile(lab.SpecCounters(8, 24, 0, (0, 0, 0)), 3)
-    assert none.alpha == pytest.approx(0.0, abs=1e-9) and none.model_tokens_per_cycle == pytest.approx(1.0)
+    assert none.alpha == pytest.approx(0.0, abs=1e-9) and none.model_tokens_per_cycle == pytest.approx(1.0), (
+        f"nothing accepted: 1 token per cycle, which lab 03 inverts to alpha = 0; got {none}"
+    )
     everything = lab.reconcile(lab.SpecCounters(8, 8, 8, (8,)), 1)
-    assert everything.alpha == pytest.approx(1.0, abs=1e-9) and everything.tokens_per_cycle == 2.0
+    assert everything.alpha == pytest.approx(1.0, abs=1e-9) and everything.tokens_per_cycle == 2.0, (
+        f"every draft accepted at k = 1: 2 tokens per cycle, alpha = 1; got {everything}"
+    )
 
 
 def test_every_promised_error():

@@ -198,6 +198,44 @@ def test_strided_probability_rows():
     _same(got, want, "p as a column slice and q as a transposed view: index every row and column with its own stride")
 
 
+def _huge_float32(n):
+    """n float32 elements; on CPU an untouched anonymous mapping, so only the pages written cost memory."""
+    if torch.cuda.is_available():
+        return torch.zeros(n, device="cuda"), None
+    import mmap
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+    mm = mmap.mmap(-1, 4 * n, flags=flags)
+    return torch.frombuffer(mm, dtype=torch.float32, count=n), mm
+
+
+@pytest.mark.triton
+def test_offsets_past_2_pow_31_elements():
+    # Row 2 of p starts 2 * (2**30 + 64) = 2**31 + 128 elements in: in int32, t * stride_pt wraps to -2**31 + 128,
+    # inside the untouched (zero) pages before p. The 16 GiB buffer is virtual on CPU; only p's three rows are
+    # touched. A real batch passes 2**31 elements at about 16,700 draft rows of a 128,256-token vocabulary.
+    vocab, stride = 8, (1 << 30) + 64
+    big, keep = _huge_float32((1 << 31) + 2 * stride + vocab)
+    p = torch.as_strided(big, (3, vocab), (stride, 1), 1 << 31)
+    dev = p.device
+    q = torch.zeros(3, vocab, device=dev)
+    q[:, 1] = 1.0                                     # the drafter is sure of token 1 at every position
+    p[0, 1] = p[1, 1] = 1.0                           # the target agrees at rows 0 and 1 ...
+    p[2, 1] = p[2, 5] = 0.5                           # ... and at the far row gives token 1 half its mass
+    args = (torch.tensor([1, 1, 1], device=dev), [3], q, p, torch.tensor([9], device=dev))
+    inv_e = torch.ones(1, vocab, device=dev)
+    kept = lab.rejection_sample_random(*args, torch.tensor([0.2, 0.2, 0.5], dtype=torch.float64, device=dev),
+                                       inv_exponentials=inv_e)
+    cut = lab.rejection_sample_random(*args, torch.tensor([0.2, 0.2, 0.6], dtype=torch.float64, device=dev),
+                                      inv_exponentials=inv_e)
+    got = [kept.cpu().tolist(), cut.cpu().tolist()]
+    del p, big, keep
+    assert got == [[[1, 1, 1, 9]], [[1, 1, 5, PH]]], (
+        f"draft row 2 of p starts 2**31 + 128 elements in: p(x) = 0.5 there (accepted at u = 0.5, rejected at 0.6, "
+        f"then the residual is all on token 5); got {got}. t * stride_pt overflowed int32: make the draft row t "
+        f"(and the vocabulary offsets) int64 before multiplying by a stride"
+    )
+
+
 # --------------------------------------------------------------------------- against vLLM's own kernels
 @pytest.fixture(scope="module")
 def real():

@@ -25,6 +25,7 @@ verify pass batches k + 1 positions and bf16 kernels round differently at anothe
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 from course.runtime.bench import this_lab
@@ -54,7 +55,9 @@ def run_once(args, speculative_config, prompts):
     elapsed = time.perf_counter() - start
     tokens = [list(o.outputs[0].token_ids) for o in outs]
     result = (tokens, elapsed, metrics_before, llm.get_metrics())
+    llm.llm_engine.engine_core.shutdown()     # free the GPU before the second engine claims its share of memory
     del llm
+    gc.collect()
     return result
 
 
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompt", default="prose", choices=sorted(PROMPTS))
     ap.add_argument("--batch", type=int, default=1, help="copies of the prompt generated together")
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--draft-cost", type=float, default=0.05, help="c: one draft step / one target step")
+    ap.add_argument("--draft-cost", type=float, default=0.1,
+                    help="c: one draft step / one target step (EAGLE on Llama 3.1 8B at batch 1: 0.78 B of 8.03 B weights read)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--impl", default=None, choices=["solution", "starter"], help="whose report() to use")

@@ -114,8 +114,10 @@ def test_the_three_logged_figures_have_three_denominators():
         "per-position rate i = cycles that kept draft i / all cycles (not / draft tokens)"
     )
     ragged = lab.SpecCounters(4, 7, 3, (2, 1, 0, 0))   # n-gram: a cycle may carry fewer than k drafts
-    assert lab.draft_acceptance_rate(ragged) == pytest.approx(3 / 7) and lab.mean_acceptance_length(ragged) == 1.75
-    assert lab.per_position_rates(ragged) == [0.5, 0.25, 0.0, 0.0]
+    assert lab.draft_acceptance_rate(ragged) == pytest.approx(3 / 7) and lab.mean_acceptance_length(ragged) == 1.75, (
+        "short cycles: the rate divides by the 7 drafts actually proposed (not cycles x k = 16); the length is 1 + 3 / 4"
+    )
+    assert lab.per_position_rates(ragged) == [0.5, 0.25, 0.0, 0.0], "per-position counts over the 4 cycles"
 
 
 def test_conditional_rates_expose_correlation():
@@ -153,18 +155,29 @@ def test_reconcile_measures_how_far_correlated_counts_are_from_the_model():
         f"max |measured - alpha^(i+1)| over the positions: position 4 has 0.510 against 0.354; got {r.max_position_gap}"
     )
     assert not r.full_drafts, "4000 draft tokens over 1000 cycles at k = 5: some cycles were short (an n-gram drafter)"
+    hard_first = lab.reconcile(lab.SpecCounters(1000, 5000, 2800, (600, 580, 560, 540, 520)), 5)
+    assert hard_first.max_position_gap == pytest.approx(0.213, abs=1e-3), (
+        f"the gap is |measured - model| in either direction: here the model over-predicts position 0 "
+        f"(0.600 against 0.813) by more than it under-predicts position 4 (0.520 against 0.354); "
+        f"got {hard_first.max_position_gap}"
+    )
 
 
 def test_reconcile_edges():
     none = lab.reconcile(lab.SpecCounters(8, 24, 0, (0, 0, 0)), 3)
-    assert none.alpha == pytest.approx(0.0, abs=1e-9) and none.model_tokens_per_cycle == pytest.approx(1.0)
+    assert none.alpha == pytest.approx(0.0, abs=1e-9) and none.model_tokens_per_cycle == pytest.approx(1.0), (
+        f"nothing accepted: 1 token per cycle, which lab 03 inverts to alpha = 0; got {none}"
+    )
     everything = lab.reconcile(lab.SpecCounters(8, 8, 8, (8,)), 1)
-    assert everything.alpha == pytest.approx(1.0, abs=1e-9) and everything.tokens_per_cycle == 2.0
+    assert everything.alpha == pytest.approx(1.0, abs=1e-9) and everything.tokens_per_cycle == 2.0, (
+        f"every draft accepted at k = 1: 2 tokens per cycle, alpha = 1; got {everything}"
+    )
 
 
 def test_every_promised_error():
-    with pytest.raises(ValueError, match="num_speculative_tokens"):
-        lab.reconcile(lab.SpecCounters(4, 12, 3, (2, 1, 0)), 4)
+    for k in (4, 2):    # k above and below the length of vLLM's per-position vector (3)
+        with pytest.raises(ValueError, match="num_speculative_tokens"):
+            lab.reconcile(lab.SpecCounters(4, 12, 3, (2, 1, 0)), k)
     for fn in (lab.mean_acceptance_length, lab.per_position_rates, lab.conditional_rates, lab.draft_acceptance_rate):
         with pytest.raises(ValueError, match="no cycle"):
             fn(lab.SpecCounters(0, 0, 0, (0, 0)))

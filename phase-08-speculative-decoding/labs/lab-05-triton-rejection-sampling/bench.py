@@ -53,8 +53,8 @@ def predict(lab, args) -> None:
             theirs = vllm_bytes(BATCH, k, vocab, looked, rejected)
             print(f"{alpha:5.1f} {k:2d} {vocab:7d} {theirs / 1e6:9.1f} {mine / 1e6:9.2f} {theirs / mine:10.1f}x "
                   f"{theirs / bw * 1e6:8.1f} {mine / bw * 1e6:9.2f}")
-    print("vLLM reads three rows for every draft; the fused walk reads them once per rejected request, "
-          "so the ratio is about k / (1 - alpha^k).")
+    print("vLLM reads three rows for every draft; the fused walk reads them once per rejected request,")
+    print("so the ratio is about k / (1 - alpha^k).")
 
 
 def make_inputs(k: int, vocab: int, seed: int = 0):

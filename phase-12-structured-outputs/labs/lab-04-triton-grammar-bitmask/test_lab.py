@@ -101,7 +101,9 @@ def test_unpack_matches_mini_vllm_and_the_bit_order():
     for vocab in (1, 31, 32, 33, 70, 100):
         words = _words(3, vocab, seed=vocab)
         got = lab.unpack_bitmask(words, vocab)
-        assert got.dtype == torch.bool and tuple(got.shape) == (3, vocab), f"want bool [3, {vocab}], got {got.dtype} {tuple(got.shape)}"
+        assert got.dtype == torch.bool and tuple(got.shape) == (3, vocab), (
+            f"want bool [3, {vocab}], got {got.dtype} {tuple(got.shape)}"
+        )
         assert np.array_equal(got.numpy(), mini_unpack(words.numpy(), vocab)), (
             f"V={vocab}: bit j of word w is token 32*w + j (least significant bit first), 1 = allowed"
         )
@@ -214,7 +216,8 @@ def test_every_operand_strided():
     wide = _words(3, vocab, seed=12, extra_words=3)        # [3, 7]
     bitmask = wide[:, 1:5]                                 # column slice: row stride 7, 4 words (ceil(100/32))
     every_other = _words(6, vocab, seed=13)[::2]           # row stride 8
-    for bm in (bitmask, every_other):
+    column_major = _words(3, vocab, seed=14).t().contiguous().t()   # strides (1, 3): word w of row k at w * 3 + k
+    for bm in (bitmask, every_other, column_major):
         want = _xgrammar(logits_t.contiguous(), bm.contiguous(), [4, 1, 5])
         dev = _device()
         out = base.clone().to(dev).t()

@@ -156,6 +156,10 @@ def test_verdicts():
     assert lab.check_output(good[:-1], "stop", js) == "unparseable"
     assert lab.check_output('{"name": "a\x18", "age": 1, "role": "user"}', "stop", js) == "unparseable"
     assert lab.check_output(json.dumps({**GOOD, "age": 200}), "stop", js) == "invalid"
+    for text in ('{"name": "\\ud800", "age": 1, "role": "user"}', '{"name": "x", "age": NaN, "role": "user"}'):
+        assert lab.check_output(text, "stop", js) == "unparseable", (
+            f"{text}: json.loads takes it (a lone surrogate, NaN), a strict consumer does not: parse with parse_strict"
+        )
     assert lab.check_output("no 36", "stop", {"regex": "(yes|no) [0-9][0-9]"}) == "ok"
     assert lab.check_output("no 3", "stop", {"regex": "(yes|no) [0-9][0-9]"}) == "invalid"
     assert lab.check_output("no 367", "stop", {"regex": "(yes|no) [0-9][0-9]"}) == "invalid", "the regex must match whole"

@@ -270,6 +270,9 @@ def test_the_control_character_hole_at_the_pin(real):
             f"xgrammar 0.2.8: a string with {bound} admits the raw control character and refuses its escape"
         )
         assert not _is_grammar_accept_string(bounded, quote), f"xgrammar 0.2.8: a string with {bound} refuses every escape"
+        assert not any(_is_grammar_accept_string(bounded, raw.replace("\x18", c)) for c in "\n\r"), (
+            f"xgrammar 0.2.8: a string with {bound} still refuses a raw LF or CR"
+        )
     with pytest.raises(ValueError, match="control character"):
         lab.parse_strict(raw)
     assert lab.check_output(raw, "stop", {"json": {"type": "object", "properties": {"s": {"type": "string",

@@ -77,7 +77,8 @@ def validate(value: Any, schema: dict[str, Any]) -> list[str]:
     raise NotImplementedError(
         "first walk the whole schema (properties, items) and raise ValueError(\"unsupported schema keyword 'k'\"); "
         "then recurse over the value with a path ('$', '$.key', '$[i]'): a type mismatch is one error and stops "
-        "that node (bool is not integer); enum by JSON equality; inclusive bounds; required keys first, then "
+        "that node (bool is not integer, 36.0 is not integer); enum by JSON equality; inclusive bounds, lengths in "
+        "code points (len of the str); required keys first, then "
         "members in document order (additionalProperties false refuses unknown keys); array items in order"
     )
 

@@ -73,19 +73,24 @@ def test_bool_is_not_an_integer_and_types_are_checked():
     assert lab.validate(2, {"type": "number"}) == [], "an integer is a number"
     assert lab.validate(False, {"type": "number"}) == ["$: expected number, got boolean"]
     assert lab.validate([1], {"type": "object"}) == ["$: expected object, got array"]
+    errs = lab.validate(5, {"type": "string", "enum": ["a", "b"]})
+    assert errs == ["$: expected string, got integer"], (
+        f"a type mismatch is one error and stops that node (no enum, bound or length check on a value of the "
+        f"wrong type); got {errs}"
+    )
     assert lab.validate("1", {"type": "array"}) == ["$: expected array, got string"]
 
 
 @pytest.mark.parametrize("field, value, ok", [
     ("age", 0, True), ("age", -1, False), ("age", 120, True), ("age", 121, False),
-    ("name", "abcdef", True), ("name", "abcdefg", False), ("name", "éééééé", True),
+    ("name", "abcdef", True), ("name", "abcdefg", False), ("name", "éééééé", True), ("name", "\U0001F600" * 6, True),
     ("tags", [], True), ("tags", ["a", "b"], True), ("tags", ["a", "b", "c"], False),
 ])
 def test_bounds_are_inclusive(field, value, ok):
     errs = lab.validate({**GOOD, field: value}, PROFILE)
     assert (errs == []) == ok, (
         f"{field}={value!r}: minimum/maximum/maxLength/maxItems are inclusive bounds and lengths count characters "
-        f"(code points), so this should be {'valid' if ok else 'invalid'}; got {errs}"
+        f"(code points, not UTF-16 units or bytes), so this should be {'valid' if ok else 'invalid'}; got {errs}"
     )
 
 
@@ -151,6 +156,10 @@ def test_verdicts():
     assert lab.check_output(good[:-1], "stop", js) == "unparseable"
     assert lab.check_output('{"name": "a\x18", "age": 1, "role": "user"}', "stop", js) == "unparseable"
     assert lab.check_output(json.dumps({**GOOD, "age": 200}), "stop", js) == "invalid"
+    for text in ('{"name": "\\ud800", "age": 1, "role": "user"}', '{"name": "x", "age": NaN, "role": "user"}'):
+        assert lab.check_output(text, "stop", js) == "unparseable", (
+            f"{text}: json.loads takes it (a lone surrogate, NaN), a strict consumer does not: parse with parse_strict"
+        )
     assert lab.check_output("no 36", "stop", {"regex": "(yes|no) [0-9][0-9]"}) == "ok"
     assert lab.check_output("no 3", "stop", {"regex": "(yes|no) [0-9][0-9]"}) == "invalid"
     assert lab.check_output("no 367", "stop", {"regex": "(yes|no) [0-9][0-9]"}) == "invalid", "the regex must match whole"
@@ -215,7 +224,7 @@ def test_real_scheduler_outputs_get_the_right_verdicts(real):
 
 def _candidates():
     """Documents around every bound of PROFILE, serialized compactly in the schema's key order."""
-    changes = [("age", v) for v in (0, -1, 120, 121, True, 7)] + [("name", v) for v in ("", "abcdef", "abcdefg", 5)]
+    changes = [("age", v) for v in (0, -1, 120, 121, True, 7, 36.0)] + [("name", v) for v in ("", "abcdef", "abcdefg", 5)]
     changes += [("role", v) for v in ("guest", "root", "Admin")] + [("active", v) for v in (False, None, "yes")]
     changes += [("tags", v) for v in ([], ["abc"], ["abcd"], ["a", "b", "c"], [1], ["a", "bc"])]
     docs = [GOOD, {"name": "x", "age": 1, "role": "user"}]
@@ -236,7 +245,8 @@ def test_validate_agrees_with_xgrammar_on_the_schema(real):
         grammar_ok = _is_grammar_accept_string(grammar, text)
         mine = lab.validate(doc, PROFILE)
         assert grammar_ok == (mine == []), (
-            f"{text}: xgrammar's schema grammar {'accepts' if grammar_ok else 'refuses'} it, validate() says {mine}"
+            f"{text}: xgrammar's schema grammar {'accepts' if grammar_ok else 'refuses'} it, validate() says {mine} "
+            f"(an integer is a parsed int: the grammar never emits 36.0 for one)"
         )
 
 
@@ -252,10 +262,17 @@ def test_the_control_character_hole_at_the_pin(real):
     raw, escaped = '{"s":"a\x18b"}', '{"s":"a\\u0018b"}'
     assert not _is_grammar_accept_string(grammar({"type": "string"}), raw)
     assert _is_grammar_accept_string(grammar({"type": "string"}), escaped)
-    bounded = grammar({"type": "string", "maxLength": 6})
-    assert _is_grammar_accept_string(bounded, raw) and not _is_grammar_accept_string(bounded, escaped), (
-        "xgrammar 0.2.8: a length-bounded string admits the raw control character and refuses its escape"
-    )
+    quote = '{"s":"a\\"b"}'                                   # an escaped quote: fine in a plain string
+    assert _is_grammar_accept_string(grammar({"type": "string"}), quote)
+    for bound in ({"maxLength": 6}, {"minLength": 1}):
+        bounded = grammar({"type": "string", **bound})
+        assert _is_grammar_accept_string(bounded, raw) and not _is_grammar_accept_string(bounded, escaped), (
+            f"xgrammar 0.2.8: a string with {bound} admits the raw control character and refuses its escape"
+        )
+        assert not _is_grammar_accept_string(bounded, quote), f"xgrammar 0.2.8: a string with {bound} refuses every escape"
+        assert not any(_is_grammar_accept_string(bounded, raw.replace("\x18", c)) for c in "\n\r"), (
+            f"xgrammar 0.2.8: a string with {bound} still refuses a raw LF or CR"
+        )
     with pytest.raises(ValueError, match="control character"):
         lab.parse_strict(raw)
     assert lab.check_output(raw, "stop", {"json": {"type": "object", "properties": {"s": {"type": "string",

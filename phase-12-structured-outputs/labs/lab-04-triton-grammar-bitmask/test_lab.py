@@ -12,18 +12,38 @@ NEG = float("-inf")
 
 @pytest.fixture(scope="module", autouse=True)
 def _imported_once():
-    """Import the lab (and triton) here, in the parent: each triton test then runs in a cheap forked child."""
+    """Import the lab (and triton) here, in the parent, and run the interpreter once on a kernel of this file.
+
+    Each triton test runs in a forked child; what the parent has already paid for (imports, the
+    interpreter's first launch) the children inherit, which cuts each test by a few tenths of a second.
+    The lab's own kernel is never launched in the parent: a crashing kernel stays one failed test.
+    """
     lab.apply_token_bitmask  # noqa: B018
+    if not torch.cuda.is_available():
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _add_one(x_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=0) + 1, mask=offs < n)
+
+        x = torch.zeros(4, dtype=torch.int32)
+        _add_one[(1,)](x, 4, BLOCK=4)
+        assert x.tolist() == [1] * 4, "the Triton interpreter itself is broken here"
 
 
 @pytest.fixture(scope="module")
 def vllm_kernel():
-    """vLLM's own kernel, imported once in the parent (importing vllm takes seconds)."""
+    """vLLM's own kernel, imported once in the parent (importing vllm takes seconds) and launched once there."""
     pytest.importorskip("xgrammar")
     from vllm.triton_utils import triton
     from vllm.v1.worker.gpu.structured_outputs import _apply_grammar_bitmask_kernel
 
-    return triton, _apply_grammar_bitmask_kernel
+    kernel = (triton, _apply_grammar_bitmask_kernel)
+    if not torch.cuda.is_available():
+        _vllm(kernel, _logits(2, 40, seed=0), _words(1, 40, seed=0), [1])
+    return kernel
 
 
 def _device():
@@ -81,7 +101,9 @@ def test_unpack_matches_mini_vllm_and_the_bit_order():
     for vocab in (1, 31, 32, 33, 70, 100):
         words = _words(3, vocab, seed=vocab)
         got = lab.unpack_bitmask(words, vocab)
-        assert got.dtype == torch.bool and tuple(got.shape) == (3, vocab), f"want bool [3, {vocab}], got {got.dtype} {tuple(got.shape)}"
+        assert got.dtype == torch.bool and tuple(got.shape) == (3, vocab), (
+            f"want bool [3, {vocab}], got {got.dtype} {tuple(got.shape)}"
+        )
         assert np.array_equal(got.numpy(), mini_unpack(words.numpy(), vocab)), (
             f"V={vocab}: bit j of word w is token 32*w + j (least significant bit first), 1 = allowed"
         )
@@ -98,20 +120,21 @@ def test_unpack_matches_mini_vllm_and_the_bit_order():
 
 @pytest.mark.triton
 @pytest.mark.upstream
-@pytest.mark.parametrize("vocab, block", [(31, 64), (32, 64), (33, 64), (100, 64), (300, 64), (2500, 1024)])
-def test_matches_xgrammar_and_vllm(vllm_kernel, vocab, block):
-    rows, indices = 5, [3, 0, 4]                      # rows 1 and 2 have no grammar
-    logits = _logits(rows, vocab, seed=vocab)
-    bitmask = _words(len(indices), vocab, seed=vocab + 1)
-    got = _apply(logits, bitmask, indices, block_size=block)
-    want = _xgrammar(logits, bitmask, indices)
-    assert _same(want, _vllm(vllm_kernel, logits, bitmask, indices)), "xgrammar and vLLM disagree: the harness is broken"
-    bad = (got != want) & ~(got.isinf() & want.isinf())
-    assert _same(got, want), (
-        f"V={vocab}, BLOCK={block}: {int(bad.sum())} logits differ from xgrammar / vLLM, first at "
-        f"{bad.nonzero()[:3].tolist()} (row, token): bit j of word w is token 32*w + j, bitmask row k goes to "
-        f"logits row logits_indices[k], and a vocabulary larger than one block needs a second grid axis"
-    )
+def test_matches_xgrammar_and_vllm(vllm_kernel):
+    # One test, six shapes: each triton test costs a forked child, the shapes share it.
+    for vocab, block in [(31, 64), (32, 64), (33, 64), (100, 64), (300, 64), (2500, 1024)]:
+        rows, indices = 5, [3, 0, 4]                  # rows 1 and 2 have no grammar
+        logits = _logits(rows, vocab, seed=vocab)
+        bitmask = _words(len(indices), vocab, seed=vocab + 1)
+        got = _apply(logits, bitmask, indices, block_size=block)
+        want = _xgrammar(logits, bitmask, indices)
+        assert _same(want, _vllm(vllm_kernel, logits, bitmask, indices)), f"V={vocab}: xgrammar and vLLM disagree (harness)"
+        bad = (got != want) & ~(got.isinf() & want.isinf())
+        assert _same(got, want), (
+            f"V={vocab}, BLOCK={block}: {int(bad.sum())} logits differ from xgrammar / vLLM, first at "
+            f"{bad.nonzero()[:3].tolist()} (row, token): bit j of word w is token 32*w + j, bitmask row k goes to "
+            f"logits row logits_indices[k], and a vocabulary larger than one block needs a second grid axis"
+        )
 
 
 @pytest.mark.triton
@@ -167,13 +190,20 @@ def test_rows_without_a_grammar_and_the_index_order():
 @pytest.mark.triton
 def test_all_allowed_and_all_banned_rows():
     vocab = 200
-    logits = _logits(2, vocab, seed=3)
-    logits[0, 5] = -0.0
-    logits[0, 6] = NEG                                     # already banned by someone else: stays -inf
     bitmask = torch.stack([torch.full((7,), -1, dtype=torch.int32), torch.zeros(7, dtype=torch.int32)])
-    got = _apply(logits, bitmask, [0, 1], block_size=64)
-    assert _same(got[0], logits[0]) and str(got[0, 5].item()) == "-0.0", "an all -1 row changes nothing"
-    assert (got[1] == NEG).all(), "an all-zero row bans every token (xgrammar fills it so once a grammar is dead)"
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        logits = _logits(2, vocab, seed=3).to(dtype)
+        logits[0, 5] = -0.0
+        logits[0, 6] = NEG                                 # already banned by someone else: stays -inf
+        try:
+            got = _apply(logits, bitmask, [0, 1], block_size=64)
+        except TypeError as exc:
+            pytest.fail(f"{dtype} logits refused ({exc}): any floating-point dtype is valid (models sample from "
+                        f"bf16/fp16 logits too); refuse only integer logits")
+        assert got.dtype == dtype and _same(got[0], logits[0]) and str(got[0, 5].item()) == "-0.0", (
+            f"{dtype}: an all -1 row changes nothing"
+        )
+        assert (got[1] == NEG).all(), f"{dtype}: an all-zero row bans every token (xgrammar fills it so once a grammar is dead)"
 
 
 @pytest.mark.triton
@@ -186,7 +216,8 @@ def test_every_operand_strided():
     wide = _words(3, vocab, seed=12, extra_words=3)        # [3, 7]
     bitmask = wide[:, 1:5]                                 # column slice: row stride 7, 4 words (ceil(100/32))
     every_other = _words(6, vocab, seed=13)[::2]           # row stride 8
-    for bm in (bitmask, every_other):
+    column_major = _words(3, vocab, seed=14).t().contiguous().t()   # strides (1, 3): word w of row k at w * 3 + k
+    for bm in (bitmask, every_other, column_major):
         want = _xgrammar(logits_t.contiguous(), bm.contiguous(), [4, 1, 5])
         dev = _device()
         out = base.clone().to(dev).t()
@@ -227,6 +258,7 @@ def test_row_offsets_past_2_pow_31_elements():
     assert (row0 == 1.0).all(), "an int32 wrap-around wrote into another row"
 
 
+@pytest.mark.triton   # a check that lets a bad index through launches the kernel: keep a crash in a child
 def test_errors():
     logits = torch.zeros(2, 40)
     idx = torch.tensor([0], dtype=torch.int32)

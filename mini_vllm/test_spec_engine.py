@@ -7,6 +7,7 @@ after rejections, and speculation composes with preemption and prefix caching.
 """
 
 import random
+import re
 
 import pytest
 
@@ -404,3 +405,59 @@ def test_each_verify_step_emits_the_accepted_drafts_plus_exactly_one_token(monke
         assert ok, f"{rid}: drafts {drafts} -> emit the {n} accepted + one, got {emitted}"
         full += n == len(drafts)
     assert full > 10, "some steps accepted every draft and must have carried the bonus token"
+
+
+# ----------------------------------------------------------------- speculation with the other knobs
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"repetition_penalty": 1.3},
+        {"frequency_penalty": 0.3},
+        {"frequency_penalty": 0.8, "presence_penalty": 0.5},
+        # two pairs the toy model's greedy output contains, so drafts propose them and the ban must fire
+        {"bad_words_token_ids": [[102, 183]]},
+        {"bad_words_token_ids": [[114, 122]]},
+        {"min_tokens": 40},
+    ],
+    ids=["repetition", "frequency", "frequency-presence", "bad-words-a", "bad-words-b", "min-tokens"],
+)
+def test_greedy_output_with_history_knobs_is_identical_with_speculation(knobs):
+    # Each draft position is verified with the history it would have had: output so far + earlier drafts.
+    params = SamplingParams(max_tokens=120, temperature=0, ignore_eos=not knobs.get("min_tokens"), **knobs)
+    prompts = ["the cat sat on the mat. the cat sat", "abcabcabc"]
+    base_engine, base, base_reasons = run(prompts, params, block_size=4, num_gpu_blocks=200)
+    engine, got, reasons = run(prompts, params, spec=NGRAM, block_size=4, num_gpu_blocks=200)
+    assert got == base and reasons == base_reasons, (
+        f"with {knobs} speculation changed greedy output: verify each draft with the history of its position "
+        "(the output so far plus the drafts before it), and the bonus token with every draft in its history"
+    )
+    stats = engine.scheduler.kv_cache_manager.block_pool
+    assert stats.get_num_free_blocks() == stats.num_gpu_blocks - 1
+
+
+def test_a_constrained_request_gets_no_drafts_and_keeps_its_grammar():
+    from mini_vllm import StructuredOutputsParams
+
+    engine = LLMEngine(speculative_config=NGRAM, block_size=4, num_gpu_blocks=200)
+    free = SamplingParams(max_tokens=60, temperature=0, ignore_eos=True)
+    regex = SamplingParams(max_tokens=60, temperature=0, structured_outputs=StructuredOutputsParams(regex="(ab)+c"))
+    ids = [engine.add_request("abababab", free), engine.add_request("abababab", regex)]
+    drafted: set[str] = set()
+    results = {}
+    for _ in range(500):
+        if not engine.has_unfinished_requests():
+            break
+        for rid in ids:
+            request = engine.scheduler.requests.get(rid)
+            if request is not None and request.spec_token_ids:
+                drafted.add(rid)
+        for out in engine.step():
+            results[out.request_id] = out
+    else:
+        pytest.fail("not finished after 500 steps")
+    assert ids[0] in drafted, "the unconstrained request should have been drafted for (repetitive prompt)"
+    assert ids[1] not in drafted, "a request with a grammar must get no drafts (mini does not check drafts against it)"
+    text = results[ids[1]].text
+    assert re.fullmatch(r"(ab)+c", text) or (results[ids[1]].finish_reason == "length" and re.fullmatch(r"(ab)*a?", text)), (
+        f"the constrained output {text!r} breaks its grammar"
+    )

@@ -377,6 +377,30 @@ def test_scheduler_encoder_cache_hit_skips_the_encoder_and_eviction_is_reported(
     )
 
 
+def test_scheduler_failed_admission_drops_the_hit_it_recorded():
+    # The rule records an encoder-cache hit as it plans (the entry stops being evictable). w's hit on
+    # img is recorded, then w's prompt does not fit the KV pool: the reference must go with the refusal,
+    # or img stays pinned and r, reaching its own image next step, finds no room in the 40-slot cache.
+    sched = _scheduler(token_budget=100, encoder_budget=40, cache_size=40, caching=False, num_gpu_blocks=10,
+                       long_prefill_token_threshold=16)
+    sched.add_request(_request("a", 48, (feat("img", 0, 40),)))
+    sched.add_request(_request("r", 96, (feat("new", 64, 32),)))
+    for _ in range(3):
+        _step(sched)
+    assert sched.encoder_cache_manager.freeable == {"img": 40}, "a finished: img stays cached, unreferenced"
+    sched.add_request(_request("w", 96, (feat("img", 0, 40),)))
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r": 16}, f"w's 6 blocks do not fit the 5 free ones: w waits: {out}"
+    assert sched.encoder_cache_manager.freeable == {"img": 40}, (
+        "w was refused after the rule recorded its hit on img: free(w) must drop that reference (upstream frees the "
+        "request's encoder inputs when allocate_slots returns None), or img can never be evicted while w waits"
+    )
+    out = _step(sched)
+    assert out.scheduled_encoder_inputs == {"r": [0]} and out.free_encoder_mm_hashes == ["img"], (
+        f"r enters its image: img, unreferenced, is evicted to make room: {out}"
+    )
+
+
 def test_scheduler_prefix_hits_depend_on_the_image():
     sched = _scheduler(token_budget=256, encoder_budget=100)
     sched.add_request(_request("a", 100, (feat("imgA", 40, 40),)))

@@ -377,6 +377,63 @@ def test_scheduler_encoder_cache_hit_skips_the_encoder_and_eviction_is_reported(
     )
 
 
+def test_scheduler_failed_admission_drops_the_hit_it_recorded():
+    # The rule records an encoder-cache hit as it plans (the entry stops being evictable). w's hit on
+    # img is recorded, then w's prompt does not fit the KV pool: the reference must go with the refusal,
+    # or img stays pinned and r, reaching its own image next step, finds no room in the 40-slot cache.
+    sched = _scheduler(token_budget=100, encoder_budget=40, cache_size=40, caching=False, num_gpu_blocks=10,
+                       long_prefill_token_threshold=16)
+    sched.add_request(_request("a", 48, (feat("img", 0, 40),)))
+    sched.add_request(_request("r", 96, (feat("new", 64, 32),)))
+    for _ in range(3):
+        _step(sched)
+    assert sched.encoder_cache_manager.freeable == {"img": 40}, "a finished: img stays cached, unreferenced"
+    sched.add_request(_request("w", 96, (feat("img", 0, 40),)))
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r": 16}, f"w's 6 blocks do not fit the 5 free ones: w waits: {out}"
+    assert sched.encoder_cache_manager.freeable == {"img": 40}, (
+        "w was refused after the rule recorded its hit on img: free(w) must drop that reference (upstream frees the "
+        "request's encoder inputs when allocate_slots returns None), or img can never be evicted while w waits"
+    )
+    out = _step(sched)
+    assert out.scheduled_encoder_inputs == {"r": [0]} and out.free_encoder_mm_hashes == ["img"], (
+        f"r enters its image: img, unreferenced, is evicted to make room: {out}"
+    )
+
+
+def test_scheduler_books_encodes_only_for_admitted_chunks():
+    # Same pool as above, but w brings a new image: the rule plans to encode it, then w's prompt does not
+    # fit. Nothing may be booked for w: no encode in the output, no cache space, the budget untouched.
+    sched = _scheduler(token_budget=100, encoder_budget=40, cache_size=80, caching=False, num_gpu_blocks=10,
+                       long_prefill_token_threshold=16)
+    sched.add_request(_request("r", 96, (feat("new", 64, 32),)))
+    for _ in range(3):
+        _step(sched)
+    sched.add_request(_request("w", 96, (feat("fresh", 0, 40),)))
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r": 16} and out.scheduled_encoder_inputs == {}, (
+        "w's 6 blocks do not fit the 5 free ones, so w is not scheduled and its image must not be encoded: book the "
+        f"encoder budget and the cache space only after allocate_slots succeeds: {out}"
+    )
+    assert "fresh" not in sched.encoder_cache_manager.cached, "no encoder-cache space for a request that was refused"
+
+
+def test_scheduler_running_request_at_its_doorstep_does_not_stop_the_others():
+    # r1's next chunk starts exactly at its image, and the 40-slot cache is held by r2's image (r2 still reads
+    # it): r1 gets 0 tokens this step, but the loop goes on (upstream: `continue`, not `break`).
+    sched = _scheduler(token_budget=100, encoder_budget=40, cache_size=40, caching=False,
+                       long_prefill_token_threshold=16)
+    sched.add_request(_request("r1", 64, (feat("i1", 16, 40),)))
+    sched.add_request(_request("r2", 64, (feat("i2", 0, 40),)))
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r1": 16, "r2": 16} and out.scheduled_encoder_inputs == {"r2": [0]}, str(out)
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r2": 16}, (
+        "r1 stops at its doorstep with 0 tokens (no cache room for i1 while r2 reads i2); r2 behind it must still run: "
+        f"skip r1 and go on with the running requests, do not end the loop: {out.num_scheduled_tokens}"
+    )
+
+
 def test_scheduler_prefix_hits_depend_on_the_image():
     sched = _scheduler(token_budget=256, encoder_budget=100)
     sched.add_request(_request("a", 100, (feat("imgA", 40, 40),)))

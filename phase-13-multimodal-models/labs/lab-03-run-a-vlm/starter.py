@@ -82,7 +82,8 @@ def block_keys(prompt: Sequence[int], features: Sequence[MultiModalFeature], blo
     different image, or the same image starting elsewhere in the block, give a different key."""
     raise NotImplementedError(
         'ValueError for block_size <= 0; for each full block [start, start + block_size): (tuple of its '
-        'tokens, tuple of (identifier, offset - start) for each image overlapping the block)'
+        'tokens, tuple of (identifier, offset - start) for each image overlapping the block: offset < start + '
+        'block_size and start < offset + length)'
     )
 
 
@@ -97,7 +98,8 @@ def prefix_hit_tokens(
     before it did), times ``block_size``, and never the whole prompt: at most
     ``(len(prompt) - 1) // block_size`` blocks, so one token is left to compute the logits."""
     raise NotImplementedError(
-        'block_keys for this prompt and each earlier one; count matching leading keys; take the best; cap at '
+        'block_keys for this prompt and each earlier one; count matching leading keys (stop at the first '
+        'mismatch: keys chain); take the best; cap at '
         '(len(prompt) - 1) // block_size blocks; return blocks * block_size'
     )
 

@@ -26,6 +26,7 @@ HASH_CASES = [
     ("one pixel changed", _one_pixel_changed, False),
     ("the same bytes as (8, 2, 3)", lambda: IMG.reshape(8, 2, 3), False),
     ("the same values as uint16", lambda: IMG.astype(np.uint16), False),
+    ("the same bytes and shape viewed as int8", lambda: IMG.view(np.int8), False),
     ("a contiguous copy of a transposed view", lambda: np.ascontiguousarray(IMG.transpose(1, 0, 2)).transpose(1, 0, 2), True),
 ]
 
@@ -170,6 +171,11 @@ def test_block_keys():
     assert keys[3][1] == (), "the image ends at 22: block [24, 32) is text"
     two = lab.block_keys(prompt, feat("i1", 2, 3) + feat("i2", 6, 4), 8)
     assert two[0][1] == (("i1", 2), ("i2", 6)) and two[1][1] == (("i2", -2),), "every image overlapping the block, in order"
+    edge = lab.block_keys(prompt, feat("img", 8, 8), 8)
+    assert [k[1] for k in edge[:3]] == [(), (("img", 0),), ()], (
+        "an image on [8, 16) overlaps block [8, 16) only: a block [s, e) holds it when offset < e and s < offset + length "
+        "(both ends open); blocks [0, 8) and [16, 24) merely touch it and keep text-only keys"
+    )
     with pytest.raises(ValueError, match="block_size must be positive"):
         lab.block_keys(prompt, (), 0)
 
@@ -192,6 +198,16 @@ def test_prefix_hits():
     assert hit(g, [f]) == 112, (
         "an identical 128-token prompt hits 7 blocks, not 8: the last token must be computed for its logits, "
         "so at most (len - 1) // block_size blocks hit"
+    )
+    assert hit(a, [a]) == 128, (
+        "A's 130 tokens again: all 8 full blocks hit (128 tokens). The cap is (len - 1) // block_size blocks, so it "
+        "only bites when the prompt ends on a block boundary; it does not always drop the last full block"
+    )
+    text = tuple(range(900, 964))  # 64 tokens: another image on block [16, 32), identical text blocks after it
+    x, y = MMArrival("X", text, feat("imgX", 16, 16)), MMArrival("Y", text, feat("imgY", 16, 16))
+    assert hit(y, [x]) == 16, (
+        "a block hits only if every block before it hit (each key chains through its parent's hash): Y's blocks "
+        "[32, 48) and [48, 64) equal X's, but block [16, 32) holds another image, so the hit stops at 16"
     )
 
 

@@ -94,8 +94,8 @@ def test_reference_matches_vllm_forward_native(vllm_mrope, cfg):
 def test_kernel_equals_vllm_native_and_vllms_triton_kernel(vllm_mrope, cfg):
     head_size, rotary_dim, nq, nk, section = cfg
     m = vllm_mrope(head_size, rotary_dim, section)
-    pos = _positions(5, 4, high=m.cos_sin_cache.shape[0])
-    q, k = _qk(5, nq, nk, head_size, 5)
+    pos = _positions(3, 4, high=m.cos_sin_cache.shape[0])   # 3 tokens: each is one interpreted program
+    q, k = _qk(3, nq, nk, head_size, 5)
     native = m.forward_native(pos, q.clone(), k.clone())
     theirs = m.forward_cuda(pos, q.clone(), k.clone())        # vLLM's _triton_mrope_forward, same interpreter
     ours = lab.mrope_forward(pos, q.clone(), k.clone(), m.cos_sin_cache, head_size, rotary_dim, section)
@@ -128,11 +128,12 @@ def test_text_tokens_reduce_to_plain_rope(vllm_mrope):
 
 
 @pytest.mark.triton
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 4e-3), (torch.bfloat16, 3e-2)])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 3e-2)])
 def test_fused_qkv_slices_partial_rotary_in_place(dtype, tol):
     head_size, rotary_dim, nq, nk, section = 24, 16, 3, 1, [3, 2, 3]
     cache = torch.from_numpy(lab.rope_cache(128, rotary_dim))
-    pos = _positions(6, 7, high=128)
+    # the model runner passes a column slice of its persistent (3, max_num_tokens + 1) buffer: stream stride 17, not 6
+    pos = _positions(17, 7, high=128)[:, :6]
     g = torch.Generator().manual_seed(8)
     qkv = torch.randn(6, (nq + 2 * nk) * head_size, generator=g).to(dtype)
     before = qkv.clone()
@@ -155,7 +156,8 @@ def test_fused_qkv_slices_partial_rotary_in_place(dtype, tol):
         err = np.abs(got.double().numpy() - want).max()
         assert err < tol, (
             f"{dtype}: {name} is off the reference by {err:.1e}; q and k are slices of a fused qkv with row stride "
-            f"{qkv.stride(0)}: use each tensor's own stride(0), not its width"
+            f"{qkv.stride(0)} and positions a column slice of a (3, 17) buffer: use each tensor's own strides "
+            f"(q.stride(0), k.stride(0), positions.stride(0)), not a width or the token count"
         )
 
 

@@ -40,11 +40,12 @@ request that samples, the engine sets every logit whose bit is 0 to ``-inf`` bef
 sampled token advances the grammar. An output that stops (EOS) therefore matches its grammar; one
 cut by ``max_tokens`` is a legal prefix. A batch without such requests skips both helpers.
 
-Hook for speculative decoding (not implemented here): a request's drafts are trimmed to what its
-grammar accepts with ``structured_output_manager.validate_draft_tokens(request_id, drafts)``
-before they are scheduled, ``grammar_bitmask(grammars, spec_tokens)`` then gives k + 1 rows per
-request (one per verified position), and ``_accept_grammar_tokens`` takes a list of accepted
-tokens per request as well as a single token.
+With speculative decoding, a request with a grammar gets no drafts (``_propose`` skips it), so its
+one bonus row is masked as above. Upstream trims drafts to what the grammar accepts; the hook for
+that is ``structured_output_manager.validate_draft_tokens(request_id, drafts)`` before they are
+scheduled, ``grammar_bitmask(grammars, spec_tokens)`` for k + 1 rows per request (one per
+verified position), and ``_accept_grammar_tokens``, which takes a list of accepted tokens per
+request as well as a single token.
 
 The toy model only needs the *last* scheduled position of each request (it ignores the KV
 cache), so a 100-token prefill chunk costs one row, not 100.
@@ -60,10 +61,11 @@ With speculative decoding (``speculative_config={"method": "ngram", ...}``) a st
     finished = scheduler.update_from_output(out, {rid: accepted + [bonus or correction]})
     scheduler.update_draft_token_ids(proposer.propose(...))      # n-gram drafts for next step
 
-The rows of a draft position go through the sampler's own logits processing, with the same
-inputs a decode step gives it (the engine hands the sampler no token history, so penalties,
-bad words and min-tokens see none, with or without speculation), so greedy output is exactly
-the output without speculation. Random requests verify
+The rows of a draft position go through the sampler's own logits processing, with the inputs a
+decode step at that position would give it: the token history is the output so far plus the
+drafts before that position (the bonus row's includes every draft), so penalties, bad words and
+min-tokens judge each position as plain decoding would, and greedy output is exactly the output
+without speculation. Random requests verify
 with ``p`` = the sampler's distribution at that position (temperature, min-p, top-k, top-p) and
 ``q`` one-hot on the n-gram draft, drawing the bonus, the uniforms and the recovered token's
 noise from the request's generator, in that order (upstream layout:

@@ -40,12 +40,11 @@ request that samples, the engine sets every logit whose bit is 0 to ``-inf`` bef
 sampled token advances the grammar. An output that stops (EOS) therefore matches its grammar; one
 cut by ``max_tokens`` is a legal prefix. A batch without such requests skips both helpers.
 
-With speculative decoding, a request with a grammar gets no drafts (``_propose`` skips it), so its
-one bonus row is masked as above. Upstream trims drafts to what the grammar accepts; the hook for
-that is ``structured_output_manager.validate_draft_tokens(request_id, drafts)`` before they are
-scheduled, ``grammar_bitmask(grammars, spec_tokens)`` for k + 1 rows per request (one per
-verified position), and ``_accept_grammar_tokens``, which takes a list of accepted tokens per
-request as well as a single token.
+With speculative decoding, a constrained request's drafts are trimmed to what its grammar accepts
+(``structured_output_manager.validate_draft_tokens``, cut before EOS) when they are proposed, as
+upstream's scheduler does; ``grammar_bitmask(grammars, spec_tokens)`` then masks its k + 1 rows
+(row j with the state after its first j drafts) before verification, and
+``_accept_grammar_tokens`` advances the grammar by the whole accepted list.
 
 The toy model only needs the *last* scheduled position of each request (it ignores the KV
 cache), so a 100-token prefill chunk costs one row, not 100.
@@ -136,10 +135,12 @@ class LLMEngine:
         self.seed = seed
         self.max_model_len = vllm_config.max_model_len
         self.scheduler = Scheduler(vllm_config)
-        self.structured_output_manager = StructuredOutputManager(
-            GrammarCompiler(byte_vocab()), vllm_config.scheduler_config.max_num_seqs
-        )
         spec = vllm_config.speculative_config
+        # With k drafts a grammar must undo k tentative tokens and fill k + 1 bitmask rows per request.
+        num_spec = spec.num_speculative_tokens if spec is not None else 0
+        self.structured_output_manager = StructuredOutputManager(
+            GrammarCompiler(byte_vocab(), num_speculative_tokens=num_spec), vllm_config.scheduler_config.max_num_seqs
+        )
         self.drafter: NgramProposer | None = None
         if spec is not None:
             self.drafter = NgramProposer(
@@ -421,9 +422,9 @@ class LLMEngine:
         """Bonus tokens from the sampler, drafts checked by the rejection sampler; tokens per request."""
         bonus_rows = [start + len(drafts) for _, start, drafts in wanted]
         reqs = [r for r, _, _ in wanted]
-        # Exactly the sampling of a step without speculation (history, grammar) at the bonus position;
-        # a constrained request never has drafts (``_propose``), so its bonus row is its only row.
-        bonus = self._sample(reqs, self._apply_grammar_bitmask(reqs, logits[bonus_rows]), [d for _, _, d in wanted])
+        self._apply_spec_grammar_bitmask(logits, wanted)  # every verified position of a constrained request
+        # Exactly the sampling of a step without speculation (history, grammar) at the bonus position.
+        bonus = self._sample(reqs, logits[bonus_rows], [d for _, _, d in wanted])
         sampled: dict[str, int | list[int]] = {}
         verify = [(i, w) for i, w in enumerate(wanted) if w[2]]
         for i, (r, _, drafts) in enumerate(wanted):
@@ -474,15 +475,27 @@ class LLMEngine:
             sampled[r.request_id] = emitted
         return sampled
 
+    def _apply_spec_grammar_bitmask(self, logits: np.ndarray, wanted: list[tuple[Request, int, list[int]]]) -> None:
+        """Mask, in place, the k + 1 rows of each constrained request: row j with the grammar's state
+        after its first j drafts (upstream's ``grammar_bitmask`` with ``scheduled_spec_decode_tokens``)."""
+        manager = self.structured_output_manager
+        constrained = [(r, start, drafts) for r, start, drafts in wanted if r.request_id in manager.grammars]
+        if not constrained:
+            return
+        bitmask = manager.grammar_bitmask(
+            [manager.grammars[r.request_id] for r, _, _ in constrained], [drafts for _, _, drafts in constrained]
+        )
+        rows = [start + j for _, start, drafts in constrained for j in range(len(drafts) + 1)]
+        logits[rows] = apply_bitmask(logits[rows], bitmask)
+
     def _propose(self, requests: list[Request]) -> None:
         """n-gram drafts for every request that sampled this step and is still running.
 
-        A request with a grammar gets none: mini does not check drafts against a grammar (upstream
-        trims them with ``validate_tokens``; the hook here is ``validate_draft_tokens``).
+        A request with a grammar keeps only the drafts its grammar accepts, cut before any EOS (as
+        upstream's scheduler trims them with ``validate_tokens``): every verified position then has a
+        legal token, and the masked rows make the verifier keep the output inside the grammar.
         """
         assert self.drafter is not None
-        grammars = self.structured_output_manager.grammars
-        requests = [r for r in requests if r.request_id not in grammars]
         if not requests:
             return
         counts = np.array([r.num_tokens for r in requests])
@@ -490,6 +503,11 @@ class LLMEngine:
         for i, r in enumerate(requests):
             rows[i, : counts[i]] = r.all_token_ids[:]
         drafts = self.drafter.propose([[1]] * len(requests), counts, rows)
+        manager, eos = self.structured_output_manager, self.tokenizer.eos_token_id
+        for i, r in enumerate(requests):
+            if r.request_id in manager.grammars:
+                legal = manager.validate_draft_tokens(r.request_id, drafts[i])
+                drafts[i] = legal[: legal.index(eos)] if eos in legal else legal
         self.scheduler.update_draft_token_ids({r.request_id: d for r, d in zip(requests, drafts)})
 
     def _make_output(self, request: Request) -> RequestOutput:

@@ -435,29 +435,36 @@ def test_greedy_output_with_history_knobs_is_identical_with_speculation(knobs):
     assert stats.get_num_free_blocks() == stats.num_gpu_blocks - 1
 
 
-def test_a_constrained_request_gets_no_drafts_and_keeps_its_grammar():
+@pytest.mark.parametrize("pattern", ["(ab)+c", "a(b|c)*d", "(abc)+"])
+def test_constrained_drafts_are_trimmed_to_the_grammar_and_output_is_unchanged(pattern):
     from mini_vllm import StructuredOutputsParams
 
-    engine = LLMEngine(speculative_config=NGRAM, block_size=4, num_gpu_blocks=200)
-    free = SamplingParams(max_tokens=60, temperature=0, ignore_eos=True)
-    regex = SamplingParams(max_tokens=60, temperature=0, structured_outputs=StructuredOutputsParams(regex="(ab)+c"))
-    ids = [engine.add_request("abababab", free), engine.add_request("abababab", regex)]
-    drafted: set[str] = set()
-    results = {}
-    for _ in range(500):
-        if not engine.has_unfinished_requests():
-            break
-        for rid in ids:
+    def run_constrained(spec):
+        engine = LLMEngine(speculative_config=spec, block_size=4, num_gpu_blocks=200)
+        params = SamplingParams(max_tokens=40, temperature=0, structured_outputs=StructuredOutputsParams(regex=pattern))
+        rid = engine.add_request("abababcabcabcabc", params)
+        drafts, legal = [], engine.structured_output_manager
+        for _ in range(200):
+            if not engine.has_unfinished_requests():
+                break
             request = engine.scheduler.requests.get(rid)
             if request is not None and request.spec_token_ids:
-                drafted.add(rid)
-        for out in engine.step():
-            results[out.request_id] = out
-    else:
-        pytest.fail("not finished after 500 steps")
-    assert ids[0] in drafted, "the unconstrained request should have been drafted for (repetitive prompt)"
-    assert ids[1] not in drafted, "a request with a grammar must get no drafts (mini does not check drafts against it)"
-    text = results[ids[1]].text
-    assert re.fullmatch(r"(ab)+c", text) or (results[ids[1]].finish_reason == "length" and re.fullmatch(r"(ab)*a?", text)), (
-        f"the constrained output {text!r} breaks its grammar"
+                drafts.append(list(request.spec_token_ids))
+                assert legal.validate_draft_tokens(rid, request.spec_token_ids) == request.spec_token_ids, (
+                    f"drafts {request.spec_token_ids} were scheduled past what the grammar accepts: trim them with "
+                    "validate_draft_tokens when they are proposed"
+                )
+            finished = engine.step()
+        else:
+            pytest.fail("not finished after 200 steps")
+        return engine, finished[0], drafts
+
+    base_engine, base, _ = run_constrained(None)
+    engine, got, drafts = run_constrained(NGRAM)
+    assert drafts, f"the repetitive prompt should give {pattern!r}'s request drafts"
+    assert (got.token_ids, got.finish_reason) == (base.token_ids, base.finish_reason), (
+        f"speculation changed a constrained greedy output: {got.text!r} vs {base.text!r}; mask every verified "
+        "position with the grammar's state after the drafts before it"
     )
+    assert re.fullmatch(pattern, got.text) or got.finish_reason == "length", f"{got.text!r} breaks {pattern!r}"
+    assert not engine.structured_output_manager.grammars, "a finished request's grammar must be freed"

@@ -3,7 +3,7 @@
 One base model, N adapter ids, a queue of requests spread round-robin over the adapters plus some
 base requests, all submitted in ONE ``LLM.generate`` call. For each ``max_loras`` in the sweep the
 script builds a fresh ``LLM(enable_lora=True, max_loras=...)``, generates, and prints the wall
-time, output tokens per second, the throughput relative to the largest ``max_loras``, and this
+time, output tokens per second, the throughput relative to the fastest ``max_loras``, and this
 lab's prediction (``min_steps`` rounds, ``throughput_ratio``), which assumes every step costs the
 same however many requests it holds: compare where the measurement departs from it.
 

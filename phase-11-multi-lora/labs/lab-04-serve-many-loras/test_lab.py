@@ -108,10 +108,16 @@ def test_total_steps_is_what_the_scheduler_takes(max_loras, max_tokens):
     (3, [[1], [2], [None, 3]], [False, False, True]),  # exactly max_loras adapters ever loaded
     (3, [[1], [2], [None, 2]], [False, False, False]),
     (2, [[None], [1, 2], [3], [None, 3]], [False, False, False, True]),
+    (1, [[1, None, 1, 1]], [True]),                  # three requests, one adapter: one slot
+    (2, [[2, 2, None, 2]], [False]),
 ], ids=["m1", "m2-one", "m2-full", "m2-sticky", "m2-base-only", "m2-one-twice", "m3-boundary",
-        "m3-below", "m2-evicted"])
+        "m3-below", "m2-evicted", "m1-repeated", "m2-repeated"])
 def test_corrupted_steps(max_loras, steps, want):
-    got = lab.corrupted_steps(max_loras, steps)
+    try:
+        got = lab.corrupted_steps(max_loras, steps)
+    except ValueError as e:
+        pytest.fail(f"max_loras={max_loras}, steps {steps} is a valid history but raised ValueError({e}): a step needs "
+                    f"a slot per distinct adapter, not per request")
     assert got == want, (
         f"max_loras={max_loras}, steps {steps}: expected {want}, got {got}. A step's base rows change when it has a "
         f"base row and an adapter row and slot max_loras-1 holds an adapter, i.e. once max_loras distinct adapters "

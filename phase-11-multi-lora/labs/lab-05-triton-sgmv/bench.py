@@ -6,7 +6,7 @@ Anywhere, no GPU:    python phase-11-multi-lora/labs/lab-05-triton-sgmv/bench.py
                      prints bytes, FLOPs and the time they take at the datasheet peaks (a floor).
 
 Shape: one LoRA-wrapped 4096 x 4096 projection (Llama-3-8B's o_proj), rank 16, bf16 weights,
-8 slots all occupied, tokens spread round-robin over 8 adapters with 1 row in 8 on the base.
+8 slots all occupied, rows dealt round-robin to the base and the 8 adapters (1 row in 9 on the base).
 Both sides run shrink into a float32 buffer, then expand added into y (vLLM's add_lora_linear
 for one slice). The kernels are bandwidth-bound: bytes = x read + the active adapters' A and B
 + the float32 buffer written and read + y read and written; FLOPs = 4 · (adapter rows) · H · R.
@@ -25,8 +25,8 @@ SHAPES = [16, 256, 4096]        # tokens in the batch: decode, mixed, prefill
 
 
 def cost(tokens: int, elem: int = 2) -> tuple[int, int]:
-    """(FLOPs, bytes) of shrink + expand for ``tokens`` rows, 1 in 8 on the base."""
-    lora_rows = tokens - tokens // 8
+    """(FLOPs, bytes) of shrink + expand for ``tokens`` rows, 1 in 9 on the base (``slots_for``)."""
+    lora_rows = tokens - -(-tokens // (SLOTS + 1))
     active = min(SLOTS, lora_rows)
     flops = 4 * lora_rows * H * R
     nbytes = (tokens * H * elem                     # x

@@ -105,16 +105,22 @@ def test_shrink_matches_numpy_with_ragged_shapes_and_scale():
 
 
 @pytest.mark.triton
-def test_shrink_reads_x_through_its_strides():
+@pytest.mark.parametrize("layout", ["column-slice", "transposed"])
+def test_shrink_reads_x_through_its_strides(layout):
     g = torch.Generator().manual_seed(2)
     slots = torch.tensor([1, 0, -1, 1, 0])
-    wide = torch.randn(len(slots), H_IN + 7, generator=g)
-    x = wide[:, 3:3 + H_IN]                                      # a column slice: row stride 47, not 40
+    if layout == "column-slice":
+        wide = torch.randn(len(slots), H_IN + 7, generator=g)
+        x = wide[:, 3:3 + H_IN]                                  # row stride 47, not 40
+        fix = "address rows with stride_xm, not with K"
+    else:
+        x = torch.randn(H_IN, len(slots), generator=g).T         # strides (1, 5): features are not adjacent
+        fix = "address features with stride_xk, not as adjacent elements"
     assert not x.is_contiguous()
     a, _ = weights(slots=2)
     s = lab.lora_shrink(x, a, lab.sgmv_metadata(slots, 2), 1.0)
     err = (s.double() - shrink_ref(x, a, slots, 1.0)).abs().max().item()
-    assert err < 1e-4, f"off by {err:.2e} on a column slice of x: address rows with stride_xm, not with K"
+    assert err < 1e-4, f"off by {err:.2e} on a {layout} x (strides {x.stride()}): {fix}"
 
 
 @pytest.mark.triton
@@ -199,6 +205,27 @@ def test_expand_writes_into_a_column_slice():
             want[r] += s[r].double() @ b[k].double().T
     err = (full[:, 8:8 + H_OUT].double() - want).abs().max().item()
     assert err < 1e-4, f"off by {err:.2e} inside the column slice"
+
+
+@pytest.mark.triton
+def test_expand_reads_s_and_writes_out_through_their_strides():
+    # s: the rank columns of a wider buffer (row stride RANK + 3); out: a transposed view (column stride T).
+    g = torch.Generator().manual_seed(12)
+    slots = torch.tensor([1, -1, 0, 1, 0, 1, -1])
+    s = torch.randn(len(slots), RANK + 3, generator=g)[:, 1:1 + RANK]
+    _, b = weights(slots=2)
+    buf = torch.randn(H_OUT, len(slots), generator=g)
+    before = buf.clone()
+    lab.lora_expand(s, b, lab.sgmv_metadata(slots, 2), buf.T, add_inputs=True)
+    want = before.T.double().clone()
+    for r, k in enumerate(slots.tolist()):
+        if k >= 0:
+            want[r] += s[r].double() @ b[k].double().T
+    err = (buf.T.double() - want).abs().max().item()
+    assert err < 1e-4, (
+        f"off by {err:.2e} with s of strides {s.stride()} and out of strides {buf.T.stride()}: read s with "
+        f"stride_sm / stride_sk (not row * rank) and write out with stride_om / stride_on (not adjacent columns)"
+    )
 
 
 @pytest.mark.triton

@@ -42,7 +42,7 @@ else
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help venv upstream upstream-deps test test-strict serve book grade citations outputs \
+.PHONY: help venv lock upstream upstream-deps test test-strict serve book grade citations outputs \
         outputs-check check-labs check lint clean browser-test gpu gpu-check engine test-engine test-slow
 
 help: ## list the targets
@@ -52,23 +52,47 @@ help: ## list the targets
 	@echo
 	@echo "Quickstart: 'make serve' (read the course) and 'make test' (run every test)."
 
-venv: $(STAMP) ## create .venv and install the course (torch CPU, triton, vllm 0.22.1 --no-deps, mdbook)
+venv: $(STAMP) ## create .venv and install the course from the lock (torch CPU, triton, vllm 0.22.1 --no-deps, mdbook)
 
-$(STAMP): pyproject.toml requirements/upstream.txt
-	@echo "==> [1/4] creating $(VENV) with $(PYTHON)"
+# The lock: one fully pinned, hashed set per supported Python (requirements/lock/py3.NN.txt), made
+# by `make lock` from pyproject.toml's ranges. torch is the one package outside it (it is installed
+# first, by its exact pin, from wherever your pip finds the CPU build); vllm 0.22.1 is hashed in
+# requirements/upstream.txt and installed --no-deps. LOCK=none installs from the ranges instead
+# (for a Python the lock does not cover; see SETUP.md).
+LOCK ?= auto
+$(STAMP): pyproject.toml requirements/upstream.txt $(wildcard requirements/lock/*.txt)
+	@echo "==> [1/5] creating $(VENV) with $(PYTHON)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "==> [2/4] installing torch==2.13.0 (CPU build when your pip finds one; see SETUP.md)"
+	@$(PY) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v >= (3, 11) else f"Python 3.11 or newer is needed, $(VENV) has {v[0]}.{v[1]}")'
+	@echo "==> [2/5] installing torch==2.13.0 (CPU build when your pip finds one; see SETUP.md)"
 	$(PIP) install --progress-bar on $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch==2.13.0
-	@echo "==> [3/4] installing the course package with its dev extras (pytest, triton, matplotlib, mdbook, ...)"
-	$(PIP) install --progress-bar on -e '.[dev]'
-	@echo "==> [4/4] installing vllm 0.22.1 and the packages its scheduler imports, all with --no-deps"
-	$(PIP) install --progress-bar on --no-deps -r requirements/upstream.txt
+	@lock=requirements/lock/py$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])').txt; \
+	if [ "$(LOCK)" = none ]; then \
+	  echo "==> [3/5] LOCK=none: the course's ranges from pyproject.toml (not the lock)"; \
+	  $(PIP) install --progress-bar on '.[dev,upstream]' || exit 1; \
+	elif [ -f "$$lock" ]; then \
+	  echo "==> [3/5] the locked set $$lock (every version pinned, sha256 checked, --no-deps)"; \
+	  $(PIP) install --progress-bar on --no-deps --require-hashes -r "$$lock" || exit 1; \
+	else \
+	  echo "no lock for this Python ($$lock): the course locks 3.11 and 3.12. Use one of those," \
+	       "or run 'make venv LOCK=none' to install from pyproject.toml's ranges (untested)."; exit 1; \
+	fi
+	@echo "==> [4/5] the course package itself (editable, --no-deps: everything it needs is already in)"
+	$(PIP) install --progress-bar on --no-deps --no-build-isolation -e .
+	@echo "==> [5/5] vllm 0.22.1 itself, --no-deps, sha256 checked (its CPU-side imports came with the lock)"
+	$(PIP) install --progress-bar on --no-deps --require-hashes -r requirements/upstream.txt
 	@touch $@
 	@echo "==> $(VENV) is ready"
 
-upstream-deps: ## (re)install vllm 0.22.1 and its CPU-side imports with --no-deps
+lock: ## regenerate requirements/lock/py3.11.txt and py3.12.txt from pyproject.toml (uv pip compile)
 	@test -x $(PY) || $(MAKE) --no-print-directory venv
-	$(PIP) install --no-deps -r requirements/upstream.txt
+	$(PIP) install --quiet uv==0.13.9
+	$(PY) -m course lock
+
+upstream-deps: ## (re)install vllm 0.22.1 and its CPU-side imports (the lock) with --no-deps
+	@test -x $(PY) || $(MAKE) --no-print-directory venv
+	$(PIP) install --no-deps --require-hashes -r requirements/lock/py$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])').txt
+	$(PIP) install --no-deps --require-hashes -r requirements/upstream.txt
 
 upstream: $(STAMP) ## fetch the pinned vLLM source tree into upstream/ (git, else the PyPI wheel)
 	@$(PY) -m course upstream

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from course import PIN_SHORT, PIN_TAG, book, check_labs, citations, gpucheck, grade, mutant, outputs, upstream
+from course import PIN_SHORT, PIN_TAG, book, check_labs, citations, gpucheck, grade, lock, mutant, outputs, upstream
 
-COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, book)
+COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, book, lock)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from course import PIN_SHORT, PIN_TAG, book, check_labs, citations, gpucheck, grade, lock, mutant, outputs, upstream
+from course import (
+    PIN_SHORT,
+    PIN_TAG,
+    book,
+    check_labs,
+    citations,
+    gpucheck,
+    grade,
+    lock,
+    mutant,
+    outputs,
+    upstream,
+)
 
 COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, book, lock)
 

@@ -35,15 +35,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from .sampler import log_softmax
 from .sampling_params import BeamSearchParams, SamplingParams
+from .tokenizer import Prompt
 
-if TYPE_CHECKING:
-    from .engine import LLMEngine, Prompt
+
+class LLMEngine(Protocol):
+    """What beam search needs of the engine (``engine.LLMEngine``; no import, so no cycle)."""
+
+    tokenizer: Any
+    max_model_len: int
+    model: Any  # answers forward(last_tokens, positions) -> logits, as ToyModel does
+
+    def _tokenize(self, prompt: Prompt) -> list[int]: ...
+
+    def generate(self, prompts: Any, sampling_params: Any = None) -> list[Any]: ...
 
 
 @dataclass(slots=True)

@@ -98,6 +98,15 @@ class SchedulerOutput:
         return sum(self.num_scheduled_tokens.values())
 
 
+@dataclass
+class GrammarOutput:
+    """The step's grammar masks for the runner: ``k + 1`` bitmask rows per constrained request
+    (``k`` = its drafts this step), in the order of ``structured_output_request_ids``."""
+
+    structured_output_request_ids: list[str]
+    grammar_bitmask: np.ndarray  # int32 [rows, ceil(vocab / 32)]
+
+
 class Scheduler:
     """FCFS scheduler over its own ``KVCacheManager``: ``schedule()`` then ``update_from_output()``."""
 

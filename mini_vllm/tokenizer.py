@@ -12,6 +12,8 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 
+Prompt = str | Sequence[int]  # what the engine accepts as one prompt: text, or token ids
+
 
 class ByteTokenizer:
     """Encode text to byte ids and back. ``vocab_size`` is 257 and ``eos_token_id`` is 256."""

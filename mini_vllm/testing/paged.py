@@ -6,6 +6,8 @@ are never contiguous; block 0 is never used, like the block pool's null block), 
 step's flat batch (``input_ids``, ``positions``, ``AttentionMetadata``) as the runner's
 ``_prepare_inputs`` does, runs ``forward`` and returns the logits of the rows asked for.
 ``generate_greedy`` staggers requests so prefill chunks and decodes share steps.
+``llama_checkpoint_shapes`` lists the tensors of a Hugging Face Llama checkpoint (names and shapes)
+for tests that make one without transformers.
 """
 
 from __future__ import annotations
@@ -85,3 +87,30 @@ def generate_greedy(
             outputs[i].append(int(np.argmax(logits[i][-1])))
         step += 1
     return outputs
+
+
+def llama_checkpoint_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every tensor in a Hugging Face Llama checkpoint with ``config`` (untied head)."""
+    h, i, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    d = config.get("head_dim") or h // config["num_attention_heads"]
+    q = config["num_attention_heads"] * d
+    kv = config.get("num_key_value_heads", config["num_attention_heads"]) * d
+    shapes = {
+        "model.embed_tokens.weight": (vocab, h),
+        "model.norm.weight": (h,),
+        "lm_head.weight": (vocab, h),
+    }
+    for n in range(config["num_hidden_layers"]):
+        p = f"model.layers.{n}"
+        shapes |= {
+            f"{p}.input_layernorm.weight": (h,),
+            f"{p}.post_attention_layernorm.weight": (h,),
+            f"{p}.self_attn.q_proj.weight": (q, h),
+            f"{p}.self_attn.k_proj.weight": (kv, h),
+            f"{p}.self_attn.v_proj.weight": (kv, h),
+            f"{p}.self_attn.o_proj.weight": (h, q),
+            f"{p}.mlp.gate_proj.weight": (i, h),
+            f"{p}.mlp.up_proj.weight": (i, h),
+            f"{p}.mlp.down_proj.weight": (h, i),
+        }
+    return shapes

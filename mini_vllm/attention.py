@@ -1,17 +1,15 @@
 """Paged KV cache and paged attention in numpy: the per-layer tensors, the write, the read.
 
-Mirrors the FlashAttention backend of ``vllm/v1/attention/backends/flash_attn.py``:
-``FlashAttentionBackend.get_kv_cache_shape`` (one tensor per layer, ``(2, num_blocks,
-block_size, num_kv_heads, head_size)``: keys at ``[0]``, values at ``[1]``),
-``FlashAttentionMetadata`` (``num_actual_tokens``, ``max_query_len``, ``query_start_loc``,
-``max_seq_len``, ``seq_lens``, ``block_table``, ``slot_mapping``), the cache write
-``reshape_and_cache_flash`` (``vllm/_custom_ops.py``; slot ``-1`` is a padding token, skipped)
-and ``flash_attn_varlen_func``'s contract: one flat batch of queries, prefill chunks and decodes
-mixed, each request reading its keys through its block table, causal inside a chunk, grouped-query
-heads (query head ``h`` reads KV head ``h // (num_heads // num_kv_heads)``). The slot rule of the
-model runner's block table (``vllm/v1/worker/block_table.py``, ``compute_slot_mapping``) is here
-too: position ``p`` of a request lives at ``block_table[p // block_size] * block_size +
-p % block_size``.
+Mirrors the FlashAttention backend: vllm/v1/attention/backends/flash_attn.py:140 —
+get_kv_cache_shape (one tensor per layer, ``(2, num_blocks, block_size, num_kv_heads,
+head_size)``: keys at ``[0]``, values at ``[1]``), vllm/v1/attention/backends/flash_attn.py:223 —
+FlashAttentionMetadata (the seven fields below), vllm/_custom_ops.py:2591 —
+reshape_and_cache_flash (the cache write; slot ``-1`` is a padding token, skipped), and the
+contract of ``flash_attn_varlen_func``: one flat batch, prefill chunks and decodes mixed, each
+request reading its keys through its block table, causal inside a chunk (bottom-right aligned),
+query head ``h`` reading KV head ``h // (num_heads // num_kv_heads)``. The slot rule is
+vllm/v1/worker/block_table.py:141 — compute_slot_mapping: position ``p`` of a request lives at
+``block_table[p // block_size] * block_size + p % block_size``.
 
 Left out: cascade attention, sliding windows, ALiBi, soft-capping, FP8 KV, KV-sharing layers,
 decode-only fast paths, CUDA graph padding. The kernel is a loop over requests with one softmax
@@ -28,7 +26,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class KVCacheSpec:
-    """What a model needs from the KV cache (``vllm/v1/kv_cache_interface.py``, ``FullAttentionSpec``)."""
+    """What a model needs from the KV cache (vllm/v1/kv_cache_interface.py:188 — FullAttentionSpec)."""
 
     num_layers: int
     num_kv_heads: int

@@ -291,14 +291,14 @@ _MODEL_DTYPES = ("float32",)
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The model a checkpoint directory describes (``vllm/config/model.py``, ``ModelConfig``).
+    """The model a checkpoint directory describes (vllm/config/model.py:117 — ModelConfig).
 
     ``ModelConfig(model="build/tiny-llama")`` reads ``model/config.json`` into ``hf_config`` (a
     plain dict) and derives: ``architectures`` (what ``ModelRegistry`` resolves), ``vocab_size``,
     ``eos_token_ids`` (``eos_token_id`` may be one id or a list; ``eos_token_id`` is the first),
     ``max_position_embeddings`` and ``max_model_len``: the given one, or the model's
-    ``max_position_embeddings`` when not given; asking for more is refused, as upstream's
-    ``_get_and_verify_max_len`` does. ``hf_config=`` instead of a directory describes a model that
+    ``max_position_embeddings`` when not given; asking for more is refused, as
+    vllm/config/model.py:2119 — _get_and_verify_max_len does. ``hf_config=`` instead of a directory describes a model that
     has no files (the toy: ``{"architectures": ["ToyForCausalLM"], "vocab_size": 257}``).
     ``dtype`` is ``"float32"`` only: mini's numpy models compute in float32.
     Left out: the hub, revisions, ``trust_remote_code``, generation_config.json, RoPE-scaling

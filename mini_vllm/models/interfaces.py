@@ -1,9 +1,11 @@
 """What a mini_vllm model is, and the class flags the registry reads.
 
-Mirrors ``vllm/model_executor/models/interfaces_base.py`` (``VllmModelForTextGeneration``: the
-``forward`` / ``compute_logits`` contract; ``VllmModelForPooling`` and ``is_pooling_model``) and
-``vllm/model_executor/models/interfaces.py`` (the opt-in mixins ``SupportsLoRA``, ``SupportsPP``,
-``IsAttentionFree`` and their ``supports_lora`` / ``supports_pp`` / ``is_attention_free`` checks).
+Mirrors vllm/model_executor/models/interfaces_base.py:114 — VllmModelForTextGeneration (the
+``forward`` / ``compute_logits`` contract), vllm/model_executor/models/interfaces_base.py:148 —
+VllmModelForPooling, and the opt-in mixins vllm/model_executor/models/interfaces.py:538 —
+SupportsLoRA, vllm/model_executor/models/interfaces.py:616 — SupportsPP and
+vllm/model_executor/models/interfaces.py:762 — IsAttentionFree, with their ``supports_lora`` /
+``supports_pp`` / ``is_attention_free`` checks.
 A model declares a capability by inheriting the mixin, which sets a class variable to ``True``;
 the checks read that variable, so they answer from the class without building a model.
 

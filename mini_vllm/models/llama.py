@@ -6,10 +6,10 @@ and paged attention of ``mini_vllm/attention.py``, ``o_proj``), ``LlamaDecoderLa
 two residual adds), ``LlamaModel`` and ``LlamaForCausalLM`` (``compute_logits``, a tied or untied
 ``lm_head``), with the parameter names vLLM gives them. ``load_weights`` maps Hugging Face
 checkpoint names onto the fused parameters with upstream's ``stacked_params_mapping``
-(``LlamaModel.load_weights``): ``q_proj``/``k_proj``/``v_proj`` are row blocks q, k, v of
+(vllm/model_executor/models/llama.py:436 — LlamaModel.load_weights): ``q_proj``/``k_proj``/``v_proj`` are row blocks q, k, v of
 ``qkv_proj``; ``gate_proj``/``up_proj`` are rows 0 and 1 of ``gate_up_proj``. RMSNorm is
-``vllm/model_executor/layers/layernorm.py`` (``RMSNorm.forward_native``); RoPE is the
-"neox" (half-rotation) style of ``vllm/model_executor/layers/rotary_embedding/base.py``, with
+vllm/model_executor/layers/layernorm.py:38 — RMSNorm; RoPE is the "neox" half rotation of
+vllm/model_executor/layers/rotary_embedding/common.py:18 — rotate_neox, with
 ``inv_freq = 1 / rope_theta ** (2i / head_dim)`` computed in float32 as Hugging Face does.
 
 ``config`` is the dict parsed from ``config.json`` (``ModelConfig.hf_config``); a transformers

@@ -1,10 +1,10 @@
 """Checkpoint → model: read safetensors into numpy, build the class ``config.json`` names, load it.
 
-Mirrors ``vllm/model_executor/model_loader/weight_utils.py`` (``safetensors_weights_iterator``:
-every ``*.safetensors`` file of the directory, tensor by tensor) and
-``vllm/model_executor/model_loader/default_loader.py`` (``DefaultModelLoader``: build the model
-from the registry, feed it the weights through its own ``load_weights``, then refuse a model
-whose parameters were not all filled, naming them). The model's ``load_weights`` does the HF →
+Mirrors vllm/model_executor/model_loader/weight_utils.py:893 — safetensors_weights_iterator
+(every ``*.safetensors`` file of the directory, tensor by tensor) and
+vllm/model_executor/model_loader/default_loader.py:382 — DefaultModelLoader.load_weights
+(build the model from the registry, feed it the weights through its own ``load_weights``, then
+refuse a model whose parameters were not all filled, naming them). The model's ``load_weights`` does the HF →
 vLLM renaming (``stacked_params_mapping``, see ``llama.py``) and refuses extra or mis-shaped
 tensors by name.
 

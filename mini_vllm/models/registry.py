@@ -1,12 +1,12 @@
 """``ModelRegistry``: the ``architectures`` string of a ``config.json`` → the class that runs it.
 
-Mirrors ``vllm/model_executor/models/registry.py``: a table ``"Arch": (module, class)`` whose
+Mirrors vllm/model_executor/models/registry.py:956 — _ModelRegistry: a table ``"Arch": (module, class)`` whose
 classes are imported only when first asked for (``_LazyRegisteredModel``; importing the registry
 never imports a model), ``_ModelRegistry.register_model`` (a class, or ``"module:Class"`` for a
 lazy out-of-tree model), ``get_supported_archs``, ``resolve_model_cls`` (the first of the
 checkpoint's architectures that is registered wins; returns ``(cls, arch)``) and
-``inspect_model_cls`` (``_ModelInfo``: flags read from the class, see ``interfaces.py``). An
-architecture nobody registered is a ``ValueError`` that lists the registered ones.
+``inspect_model_cls`` (flags read from the class, see ``interfaces.py``; upstream's
+vllm/model_executor/models/registry.py:723 — _ModelInfo has many more). An architecture nobody registered is a ``ValueError`` that lists the registered ones.
 
 Left out: upstream's subprocess inspection and its on-disk cache (mini's classes import in
 milliseconds), architecture normalisation and conversion (``*Model`` → pooling adapters),

@@ -58,12 +58,19 @@ class PagedDriver:
 
 
 def generate_greedy(
-    model, prompts, max_tokens: int, chunk_size: int = 8, stagger: int = 1, **driver_args
+    model,
+    prompts,
+    max_tokens: int,
+    chunk_size: int = 8,
+    stagger: int = 1,
+    steps: list | None = None,
+    **driver_args,
 ) -> list[list[int]]:
     """Greedy continuations of ``prompts``; request ``i`` starts at step ``i * stagger``.
 
     A prompt is fed ``chunk_size`` tokens per step; once it is in, each step feeds the token just
     sampled. With several requests in flight one step holds prefill chunks and decodes together.
+    ``steps``, when given, receives each step's ``{request index: tokens fed}``.
     """
     driver = PagedDriver(model, **driver_args)
     fed = [0] * len(prompts)
@@ -79,6 +86,8 @@ def generate_greedy(
             else:
                 chunks[i] = [outputs[i][-1]]
         logits = driver.step(chunks) if chunks else {}
+        if steps is not None:
+            steps.append({i: len(t) for i, t in chunks.items()})
         for i, tokens in chunks.items():
             if fed[i] < len(prompts[i]):
                 fed[i] += len(tokens)

@@ -206,8 +206,11 @@ class VllmConfig:
     parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
     lora_config: LoRAConfig | None = None  # None: LoRA off (upstream: enable_lora=False)
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
+    model_config: ModelConfig | None = None  # None: the toy model (ToyForCausalLM, byte tokenizer)
 
     def __post_init__(self) -> None:
+        if self.model_config is not None and not isinstance(self.model_config, ModelConfig):
+            raise TypeError(f"model_config must be a ModelConfig or None, got {type(self.model_config).__name__}")
         if self.lora_config is not None and not isinstance(self.lora_config, LoRAConfig):
             raise TypeError(f"lora_config must be a LoRAConfig or None, got {type(self.lora_config).__name__}")
         if isinstance(self.speculative_config, dict):  # the engine-argument spelling
@@ -264,25 +267,36 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
     ``enable_lora=True`` builds a ``LoRAConfig`` from ``max_loras`` / ``max_lora_rank``; those two
     without ``enable_lora=True`` are refused (upstream ignores them silently). ``speculative_config``
     is a dict (``{"method": "ngram", "num_speculative_tokens": 3}``, as upstream's ``EngineArgs``), a
-    ``SpeculativeConfig`` or ``None``.
+    ``SpeculativeConfig`` or ``None``. ``model`` (a checkpoint directory) builds a ``ModelConfig``.
     """
     enable_lora = engine_args.pop("enable_lora", False)
     _check_bool("enable_lora", enable_lora)
     speculative = engine_args.pop("speculative_config", None)
+    model = engine_args.pop("model", None)
     fields = _CACHE_FIELDS | _SCHEDULER_FIELDS | _PARALLEL_FIELDS | _LORA_FIELDS
     unknown = sorted(set(engine_args) - fields)
     if unknown:
-        known = ", ".join(sorted(fields | {"enable_lora", "speculative_config"}))
+        known = ", ".join(sorted(fields | {"enable_lora", "speculative_config", "model"}))
         raise TypeError(f"unknown engine argument(s) {unknown}; known: {known}")
     lora_args = {k: v for k, v in engine_args.items() if k in _LORA_FIELDS}
     if lora_args and not enable_lora:
         raise ValueError(f"{sorted(lora_args)} given without enable_lora=True")
+    cache = CacheConfig(**{k: v for k, v in engine_args.items() if k in _CACHE_FIELDS})
+    sched_args = {k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}
+    model_config = None
+    if model is not None:
+        # The model caps max_model_len at its max_position_embeddings (a larger request is refused);
+        # unset, it is the smaller of that and what the pool holds.
+        model_config = ModelConfig(model=model, max_model_len=sched_args.get("max_model_len"))
+        if sched_args.get("max_model_len") is None and model_config.max_model_len is not None:
+            sched_args["max_model_len"] = min(model_config.max_model_len, cache.num_usable_tokens)
     return VllmConfig(
-        CacheConfig(**{k: v for k, v in engine_args.items() if k in _CACHE_FIELDS}),
-        SchedulerConfig(**{k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}),
+        cache,
+        SchedulerConfig(**sched_args),
         parallel_config=ParallelConfig(**{k: v for k, v in engine_args.items() if k in _PARALLEL_FIELDS}),
         lora_config=LoRAConfig(**lora_args) if enable_lora else None,
         speculative_config=speculative,
+        model_config=model_config,
     )
 
 

@@ -39,7 +39,7 @@ from .sampler import Sampler
 from .sampling_params import BeamSearchParams, SamplingParams
 from .scheduler import GrammarOutput, Scheduler, SchedulerOutput
 from .spec_decode import NgramProposer
-from .tokenizer import ByteTokenizer, Prompt
+from .tokenizer import ByteTokenizer, HFTokenizer, Prompt
 
 
 class LLMEngine:
@@ -54,7 +54,9 @@ class LLMEngine:
         ``config.py``), the parallel ones (``tensor_parallel_size``,
         ``distributed_executor_backend``) and ``speculative_config``. ``max_model_len`` (prompt + output tokens) defaults to what the pool
         holds, ``(num_gpu_blocks - 1) * block_size``, and may not exceed it. ``seed`` seeds
-        sampling only.
+        sampling only. ``model="path/to/checkpoint"`` runs that checkpoint (its ``config.json``'s
+        architecture, its weights, its ``tokenizer.json`` and EOS; ``max_model_len`` capped at its
+        ``max_position_embeddings``) instead of the toy model; TP > 1 and LoRA are refused for it.
         """
         if vllm_config is None:
             vllm_config = create_engine_config(**engine_args)
@@ -63,9 +65,18 @@ class LLMEngine:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.vllm_config = vllm_config
-        self.tokenizer = ByteTokenizer()
-        parallel = vllm_config.parallel_config
-        # fixed "weights" (model seed 0): ``seed`` is for sampling
+        parallel, model_config = vllm_config.parallel_config, vllm_config.model_config
+        self.tokenizer: ByteTokenizer | HFTokenizer = ByteTokenizer()
+        if model_config is not None:
+            arch = model_config.architectures[0]
+            if parallel.tensor_parallel_size > 1:
+                raise ValueError(f"tensor_parallel_size={parallel.tensor_parallel_size}: {arch} cannot be sharded "
+                                 "(mini_vllm shards only the toy model's output projection); use 1")
+            if vllm_config.lora_config is not None:
+                raise ValueError(f"enable_lora=True: {arch} has no LoRA layers in mini_vllm (only the toy model "
+                                 "takes lora_request)")
+            self.tokenizer = HFTokenizer(model_config.model, model_config.vocab_size, model_config.eos_token_id)
+        # fixed "weights" (the toy's seed 0, or the checkpoint's): ``seed`` is for sampling
         self.model_executor: Executor = make_executor(
             self.tokenizer.vocab_size, parallel.tensor_parallel_size, backend=parallel.distributed_executor_backend,
             vllm_config=vllm_config,
@@ -164,6 +175,9 @@ class LLMEngine:
         if not isinstance(sampling_params, SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
         if sampling_params.structured_outputs is not None:  # compiles (cached): a bad regex fails here
+            if self.vllm_config.model_config is not None:
+                raise ValueError("structured outputs need the byte tokenizer's vocabulary: mini_vllm's grammars "
+                                 "run with the toy model only")
             self.structured_output_manager.compile(sampling_params.structured_outputs)
         return sampling_params
 
@@ -412,4 +426,7 @@ class LLMEngine:
 
     def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams) -> list[BeamSearchOutput]:
         """Beam search over this engine, one token per beam per step (see ``beam_search.py``)."""
+        if self.vllm_config.model_config is not None:
+            raise ValueError("beam search reads logprobs from the toy model's rows (the engine returns none); "
+                             "it runs with the toy model only")
         return run_beam_search(self, prompts, params)

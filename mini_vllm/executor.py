@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import VllmConfig, create_engine_config
+from .config import ModelConfig, VllmConfig, create_engine_config
 from .model import POSITION_PERIOD, ToyModel
 from .model_runner import GPUModelRunner
 from .outputs import ModelRunnerOutput
@@ -75,53 +75,58 @@ def _check_tp(tp_size: object) -> None:
         raise ValueError(f"tensor_parallel_size must be an int >= 1, got {tp_size!r}")
 
 
+def toy_model_config(vocab_size: int = 257, seed: int = 0) -> ModelConfig:
+    """The default model: ``ToyForCausalLM`` (no checkpoint, no weights; ``seed`` picks the tables)."""
+    return ModelConfig(hf_config={"architectures": ["ToyForCausalLM"], "vocab_size": vocab_size, "seed": seed,
+                                  "eos_token_id": vocab_size - 1})
+
+
 class VocabParallelToyModel:
-    """``ToyModel`` in the runner's contract, its output projection cut over the vocabulary.
+    """``ToyForCausalLM`` with its output projection cut over the vocabulary (TP > 1).
 
     The toy's logits are a matmul with a one-hot hidden state; the hidden state is kept as the
-    indices of its two hot entries, ``(token, position % 64)``, so ``forward`` is free and
+    indices of its two hot entries, ``(token, position)``, so ``forward`` is free and
     ``compute_logits`` is three table lookups on this rank's columns, then the all-gather.
     """
 
-    def __init__(self, rank: int, world_size: int, vocab_size: int = 257, seed: int = 0,
+    is_attention_free = True
+
+    def __init__(self, rank: int, world_size: int, full: ToyModel,
                  all_gather: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         if world_size > 1 and all_gather is None:
             raise ValueError("a worker in a group of more than one needs an all_gather")
-        self.rank, self.world_size, self.vocab_size = rank, world_size, vocab_size
-        self.start, self.end, self.width = vocab_shard(vocab_size, world_size, rank)
-        full = ToyModel(vocab_size=vocab_size, seed=seed)  # weights "loaded"; keep only this rank's columns
-        if world_size == 1:  # nothing is split, so nothing needs padding: keep the tables as loaded
-            self.token_table, self.position_table, self.bias = full.token_table, full.position_table, full.bias
-        else:
-            pad = self.width - (self.end - self.start)
-            cols = slice(self.start, self.end)
-            self.token_table = np.pad(full.token_table[:, cols], ((0, 0), (0, pad)))
-            self.position_table = np.pad(full.position_table[:, cols], ((0, 0), (0, pad)))
-            self.bias = np.pad(full.bias[cols], (0, pad))
+        self.rank, self.world_size, self.vocab_size = rank, world_size, full.vocab_size
+        self.start, self.end, self.width = vocab_shard(full.vocab_size, world_size, rank)
+        pad = self.width - (self.end - self.start)
+        cols = slice(self.start, self.end)  # weights "loaded"; keep only this rank's columns
+        self.token_table = np.pad(full.token_table[:, cols], ((0, 0), (0, pad)))
+        self.position_table = np.pad(full.position_table[:, cols], ((0, 0), (0, pad)))
+        self.bias = np.pad(full.bias[cols], (0, pad))
         self._all_gather = all_gather
         self.num_collectives = 0  # issued by this rank since it started
 
     def forward(self, input_ids: np.ndarray, positions: np.ndarray, kv_caches: Any = None,
                 attn_metadata: Any = None) -> np.ndarray:
-        """The hidden states ``[T, 2]``: each token's two hot indices (no KV is read or written)."""
-        return np.stack([np.asarray(input_ids), np.asarray(positions) % POSITION_PERIOD], axis=1)
-
-    def forward_shard(self, last_tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """This rank's padded slice of the logits: ``[B, width]`` (``[B, vocab]`` for a single rank)."""
-        return self.token_table[last_tokens] + self.position_table[positions % POSITION_PERIOD] + self.bias
+        """The hidden states ``[T, 2]``: each token with its position (no KV is read or written)."""
+        return np.stack([np.asarray(input_ids), np.asarray(positions)], axis=1).astype(np.int64)
 
     def compute_logits(self, hidden_states: np.ndarray) -> np.ndarray:
         """Shard logits, then all-gather: every rank gets the full ``[N, vocab]`` logits."""
-        local = self.token_table[hidden_states[:, 0]] + self.position_table[hidden_states[:, 1]] + self.bias
-        if self.world_size > 1:
-            assert self._all_gather is not None
-            local = self._all_gather(local)  # [N, width * world]
-            self.num_collectives += 1
+        tokens, pos = hidden_states[:, 0], hidden_states[:, 1] % POSITION_PERIOD
+        local = self.token_table[tokens] + self.position_table[pos] + self.bias
+        assert self._all_gather is not None
+        local = self._all_gather(local)  # [N, width * world]
+        self.num_collectives += 1
         return local[:, : self.vocab_size]
+
+    def get_kv_cache_spec(self) -> Any:
+        from .attention import KVCacheSpec
+
+        return KVCacheSpec(num_layers=0, num_kv_heads=0, head_size=0)
 
 
 class Worker:
-    """One rank: its shard of the model and the ``GPUModelRunner`` that feeds it and samples."""
+    """One rank: its model (or its shard of it) and the ``GPUModelRunner`` that feeds it and samples."""
 
     def __init__(
         self,
@@ -132,14 +137,26 @@ class Worker:
         all_gather: Callable[[np.ndarray], np.ndarray] | None = None,
         vllm_config: VllmConfig | None = None,
     ) -> None:
-        self.rank, self.world_size, self.vocab_size = rank, world_size, vocab_size
-        self.model = VocabParallelToyModel(rank, world_size, vocab_size, seed, all_gather)
-        self.start, self.end, self.width = self.model.start, self.model.end, self.model.width
-        self.model_runner = GPUModelRunner(vllm_config or create_engine_config(), self.model, vocab_size - 1)
+        if world_size > 1 and all_gather is None:
+            raise ValueError("a worker in a group of more than one needs an all_gather")
+        from .models import get_model
+
+        vllm_config = vllm_config or create_engine_config()
+        model_config = vllm_config.model_config or toy_model_config(vocab_size, seed)
+        self.rank, self.world_size, self.vocab_size = rank, world_size, model_config.vocab_size
+        model = get_model(model_config)  # registry by architecture, then the checkpoint's weights
+        if world_size > 1:
+            if model_config.architectures[0] != "ToyForCausalLM":
+                raise ValueError(f"{model_config.architectures[0]} cannot be sharded: mini_vllm shards only the toy model")
+            model = VocabParallelToyModel(rank, world_size, model.model, all_gather)
+        self.model = model
+        self.start, self.end, self.width = vocab_shard(self.vocab_size, world_size, rank)
+        self.model_runner = GPUModelRunner(vllm_config, model, model_config.eos_token_id)
+        self.model_runner.initialize_kv_cache()
 
     @property
     def num_collectives(self) -> int:
-        return self.model.num_collectives
+        return getattr(self.model, "num_collectives", 0)
 
     def execute_model(self, scheduler_output: Any) -> None:
         """Update the batch and run the forward (every rank: the gather needs them all)."""
@@ -151,11 +168,17 @@ class Worker:
         return output if self.rank == 0 else None
 
     def logits_at(self, last_tokens: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray | None, int]:
-        """``ToyModel.forward``'s logits at (token, position) pairs; rank 0's, with the collectives issued."""
-        before = self.model.num_collectives
+        """``ToyModel.forward``'s logits at (token, position) pairs; rank 0's, with the collectives issued.
+
+        Only a model that reads no KV cache can answer from a token and its position alone.
+        """
+        if not getattr(self.model, "is_attention_free", False):
+            raise ValueError(f"{type(self.model).__name__} needs its KV context: forward(last_tokens, positions) "
+                             "is the toy model's contract")
+        before = self.num_collectives
         hidden = self.model.forward(np.asarray(last_tokens), np.asarray(positions))
         logits = self.model.compute_logits(hidden)
-        return (logits if self.rank == 0 else None), self.model.num_collectives - before
+        return (logits if self.rank == 0 else None), self.num_collectives - before
 
     def describe(self) -> dict[str, int]:
         return {"rank": self.rank, "world_size": self.world_size, "start": self.start, "end": self.end,

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .attention import AttentionMetadata, allocate_kv_caches
 from .grammar import apply_bitmask
 from .outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
 from .sampler import Sampler, apply_min_p, apply_top_k_top_p
@@ -225,6 +226,19 @@ class GPUModelRunner:
         self.execute_model_state: ExecuteModelState | None = None
         self.last_inputs: SimpleNamespace | None = None  # the latest flattened inputs (for tests and labs)
 
+    def initialize_kv_cache(self) -> None:
+        """One KV tensor per attention layer, as many blocks as the block pool hands out.
+
+        ``(2, num_gpu_blocks, block_size, num_kv_heads, head_size)`` each; a model without
+        attention layers (the toy) gets none.
+        """
+        spec = self.model.get_kv_cache_spec()
+        if spec.num_layers:
+            cache = self.vllm_config.cache_config
+            self.kv_caches = allocate_kv_caches(
+                spec.num_layers, cache.num_gpu_blocks, cache.block_size, spec.num_kv_heads, spec.head_size, spec.dtype
+            )
+
     # -- keeping the batch in step with the scheduler ---------------------------------------
     def _update_states(self, scheduler_output: Any) -> None:
         """Apply one ``SchedulerOutput`` to the cached states and the persistent batch."""
@@ -310,7 +324,7 @@ class GPUModelRunner:
             np.arange(int((num_draft + 1).sum()))
             - np.repeat(np.cumsum(num_draft + 1) - num_draft - 1, num_draft + 1)
         )
-        attn_metadata = SimpleNamespace(
+        attn_metadata = AttentionMetadata(
             num_actual_tokens=int(cu_num_tokens[-1]),
             max_query_len=int(num_scheduled.max()),
             query_start_loc=query_start_loc,

@@ -5,11 +5,12 @@ Mirrors ``vllm/v1/executor/`` (``abstract.py`` — ``Executor``; ``uniproc_execu
 the worker (``vllm/v1/worker/gpu_worker.py`` — ``Worker``, which owns a ``GPUModelRunner``,
 ``model_runner.py``). Each step the engine calls ``execute_model(scheduler_output)`` then
 ``sample_tokens(grammar_output)``; the executor makes the same call on every rank and returns
-rank 0's answer. ``VocabParallelToyModel`` is the toy model in the runner's contract with its
-output projection split over the vocabulary (``ParallelLMHead`` + ``LogitsProcessor._gather_logits``):
-its logits cost one all-gather per forward and equal TP=1's bit for bit. README.md ("Workers and
-tensor parallelism") explains the sharding. ``forward(last_tokens, positions)`` answers
-``ToyModel.forward``'s contract through the workers (beam search and Phase 01's lab use it).
+rank 0's answer. A worker builds its model with ``models.get_model`` (``ToyForCausalLM`` unless
+``VllmConfig.model_config`` names a checkpoint); at TP > 1 it keeps ``VocabParallelToyModel``, the
+toy's output projection split over the vocabulary (``ParallelLMHead`` +
+``LogitsProcessor._gather_logits``): one all-gather per forward, equal to TP=1 bit for bit.
+``forward(last_tokens, positions)`` answers ``ToyModel.forward``'s contract through the workers
+(beam search and Phase 01's lab use it; a checkpoint's model needs its KV and refuses).
 
 Failures never hang: the driver waits on every worker's pipe *and* process sentinel, so a dead
 worker becomes ``WorkerDiedError`` (naming the rank) and a silent one ``TimeoutError``; either

@@ -276,9 +276,7 @@ class GPUModelRunner:
             state.block_ids.extend(new_block_ids.get(request.request_id, ()))
             state.num_computed_tokens = request.num_computed_tokens
             index = batch.req_id_to_index.get(request.request_id)
-            if (
-                state.num_tokens != request.num_tokens
-            ):  # tokens appended past this runner (a step run by hand)
+            if state.num_tokens != request.num_tokens:  # tokens appended past this runner (a step by hand)
                 state.output_token_ids = list(request.output_token_ids)
                 if index is not None:
                     batch.remove_request(request.request_id)
@@ -287,15 +285,18 @@ class GPUModelRunner:
                 to_add.append(state)
             else:
                 batch.num_computed_tokens_cpu[index] = request.num_computed_tokens
-                batch.block_table.append_row(new_block_ids.get(request.request_id, ()), index)
+                new = new_block_ids.get(request.request_id)
+                if new:
+                    batch.block_table.append_row(new, index)
         for state in to_add:
             batch.add_request(state)
         batch.condense()
         # This step's drafts ride behind each request's tokens.
-        spec = scheduler_output.scheduled_spec_decode_tokens
-        for req_id, index in batch.req_id_to_index.items():
+        num_reqs = batch.num_reqs
+        batch.num_tokens[:num_reqs] = batch.num_tokens_no_spec[:num_reqs]
+        for req_id, drafts in scheduler_output.scheduled_spec_decode_tokens.items():
+            index = batch.req_id_to_index[req_id]
             n = batch.num_tokens_no_spec[index]
-            drafts = spec.get(req_id, ())
             batch.token_ids_cpu[index, n : n + len(drafts)] = drafts
             batch.num_tokens[index] = n + len(drafts)
 
@@ -500,11 +501,15 @@ class GPUModelRunner:
     def _bookkeeping_sync(self, sampled: dict[str, list[int]]) -> None:
         """Append each request's new tokens to its cached state and its row of the batch."""
         batch = self.input_batch
+        width = batch.token_ids_cpu.shape[1]
         for rid, tokens in sampled.items():
             state = self.requests[rid]
             index = batch.req_id_to_index[rid]
             start = state.num_tokens
-            end = min(start + len(tokens), batch.token_ids_cpu.shape[1])
-            batch.token_ids_cpu[index, start:end] = tokens[: end - start]
+            end = min(start + len(tokens), width)
+            if end - start == 1:  # the decode hot path
+                batch.token_ids_cpu[index, start] = tokens[0]
+            else:
+                batch.token_ids_cpu[index, start:end] = tokens[: end - start]
             batch.num_tokens[index] = batch.num_tokens_no_spec[index] = end
             state.output_token_ids.extend(tokens)

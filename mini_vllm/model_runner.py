@@ -12,7 +12,8 @@ grammar bitmask, samples, verifies drafts with the rejection sampler and returns
 ``ModelRunnerOutput``. README.md ("How a step runs") walks through it.
 
 The model answers ``forward(input_ids, positions, kv_caches, attn_metadata) -> hidden`` and
-``compute_logits(hidden) -> logits``; a model without KV layers gets an empty ``kv_caches``.
+``compute_logits(hidden) -> logits`` (``models/interfaces.py``); ``initialize_kv_cache`` gives it
+one KV tensor per attention layer, as many blocks as the pool (none for the toy).
 
 Left out: device tensors and pinned host copies, CUDA graphs and batch padding, async scheduling
 (mini's scheduler advances ``num_computed_tokens`` after the step, so the runner reads it before),

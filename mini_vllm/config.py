@@ -1,43 +1,19 @@
 """Engine configuration: one home per setting, validated once, when the object is built.
 
 Mirrors ``vllm/config/cache.py`` (``CacheConfig``), ``vllm/config/scheduler.py``
-(``SchedulerConfig``, ``verify_max_model_len``), ``vllm/config/parallel.py`` (``ParallelConfig``:
-``tensor_parallel_size``, ``distributed_executor_backend``), ``vllm/config/vllm.py`` (``VllmConfig``, the
-object every component receives) and the startup check of ``vllm/v1/core/kv_cache_utils.py``
-(``check_enough_kv_cache_memory``: one request of ``max_model_len`` tokens must fit the pool),
-and ``vllm/config/lora.py`` (``LoRAConfig``: ``max_loras``, ``max_lora_rank``).
+(``SchedulerConfig``, ``verify_max_model_len``), ``vllm/config/parallel.py`` (``ParallelConfig``),
+``vllm/config/lora.py`` (``LoRAConfig``), ``vllm/config/speculative.py`` (``SpeculativeConfig``),
+``vllm/config/model.py`` (``ModelConfig``) and ``vllm/config/vllm.py`` (``VllmConfig``, the object
+every component receives), with the startup check of ``vllm/v1/core/kv_cache_utils.py``
+(``check_enough_kv_cache_memory``: one request of ``max_model_len`` tokens must fit the pool).
 ``create_engine_config`` plays ``EngineArgs.create_engine_config``: flat keyword arguments in,
-one validated ``VllmConfig`` out. Components never re-check what is checked here.
+one validated ``VllmConfig`` out; components never re-check what is checked here. Every rule,
+with upstream's where upstream has one, is in README.md ("Configuration").
 
-Rules, with upstream's where upstream has one:
-
-* every count is an ``int`` (``bool`` is refused): ``block_size >= 1``, ``num_gpu_blocks >= 2``
-  (block 0 is the null block), ``max_num_seqs >= 1``, ``max_num_batched_tokens >= 1``,
-  ``long_prefill_token_threshold >= 0``, ``max_model_len >= 2`` (a one-token prompt plus one
-  output);
-* ``max_model_len`` defaults to what the pool holds, ``(num_gpu_blocks - 1) * block_size``, and
-  may not exceed it, so one request of maximal length always fits alone and preemption can
-  never loop forever (upstream compares bytes and counts the null block as usable);
-* without chunked prefill, ``max_num_batched_tokens >= max_model_len`` (upstream's message);
-* images (Phase 13): ``max_num_encoder_input_tokens >= 0`` (embeddings the encoder may compute
-  per step) and ``encoder_cache_size >= 0`` (embeddings the encoder cache holds), both 0 for a
-  text-only engine. Upstream derives both from the largest item the model accepts
-  (``compute_mm_encoder_budget``); mini takes them as settings, and the scheduler refuses a
-  request with an image larger than either (it could never run).
-* ``tensor_parallel_size >= 1``; ``distributed_executor_backend`` is ``"uni"`` (one worker in the
-  engine's process, TP=1 only), ``"mp"`` (one worker process per rank) or ``None``, which picks
-  ``"uni"`` at TP=1 and ``"mp"`` above it, as upstream does on one host.
-* ``SpeculativeConfig`` (``vllm/config/speculative.py``): ``method`` is ``"ngram"`` (upstream also
-  spells it ``"[ngram]"``), ``num_speculative_tokens >= 1`` is required, ``prompt_lookup_min`` /
-  ``prompt_lookup_max >= 1``: neither given means 5 and 5, one given copies the other, and
-  ``prompt_lookup_min <= prompt_lookup_max`` (upstream's message). ``None`` on ``VllmConfig``
-  means speculation is off.
-
-Left out: every proposer but n-gram (EAGLE, MTP, Medusa, draft models, suffix decoding, their
-draft-model configs), the rejection sampler's "synthetic" mode, pipeline, data and context
-parallelism, Ray, everything about devices, memory fractions, dtypes, swap space, the model itself,
-and upstream's ``max_num_batched_tokens >= max_num_seqs`` rule (see README: mini accepts a
-budget smaller than the seat count; the budget then bounds the batch first).
+Left out: every proposer but n-gram, the rejection sampler's "synthetic" mode, pipeline, data
+and context parallelism, Ray, devices, memory fractions, dtypes other than float32, swap space,
+and upstream's ``max_num_batched_tokens >= max_num_seqs`` rule (mini accepts a budget smaller
+than the seat count; the budget then bounds the batch first).
 """
 
 from __future__ import annotations

@@ -208,10 +208,14 @@ class VllmConfig:
             )
         cache, sched = self.cache_config, self.scheduler_config
         capacity = cache.num_usable_tokens
+        model_len = self.model_config.max_model_len if self.model_config is not None else None
         if sched.max_model_len is None:
-            sched = replace(sched, max_model_len=capacity)  # re-runs its checks
+            default = capacity if model_len is None else min(capacity, model_len)
+            sched = replace(sched, max_model_len=default)  # re-runs its checks
             object.__setattr__(self, "scheduler_config", sched)
         assert sched.max_model_len is not None
+        if model_len is not None and sched.max_model_len > model_len:
+            raise ValueError(f"max_model_len {sched.max_model_len} is greater than the model's {model_len}")
         if sched.max_model_len > capacity:
             needed = -(-sched.max_model_len // cache.block_size)
             raise ValueError(
@@ -259,13 +263,9 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
         raise ValueError(f"{sorted(lora_args)} given without enable_lora=True")
     cache = CacheConfig(**{k: v for k, v in engine_args.items() if k in _CACHE_FIELDS})
     sched_args = {k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}
-    model_config = None
-    if model is not None:
-        # The model caps max_model_len at its max_position_embeddings (a larger request is refused);
-        # unset, it is the smaller of that and what the pool holds.
-        model_config = ModelConfig(model=model, max_model_len=sched_args.get("max_model_len"))
-        if sched_args.get("max_model_len") is None and model_config.max_model_len is not None:
-            sched_args["max_model_len"] = min(model_config.max_model_len, cache.num_usable_tokens)
+    # The model caps max_model_len at its max_position_embeddings (a larger one is refused); unset,
+    # VllmConfig makes it the smaller of that and what the pool holds.
+    model_config = None if model is None else ModelConfig(model=model, max_model_len=sched_args.get("max_model_len"))
     return VllmConfig(
         cache,
         SchedulerConfig(**sched_args),

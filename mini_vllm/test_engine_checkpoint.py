@@ -11,7 +11,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from mini_vllm import LLMEngine, SamplingParams
+from mini_vllm import CacheConfig, LLMEngine, ModelConfig, SamplingParams, VllmConfig
 from mini_vllm.sampling_params import BeamSearchParams, StructuredOutputsParams
 
 pytestmark = pytest.mark.skipif(
@@ -79,6 +79,8 @@ def test_the_engine_takes_the_checkpoints_tokenizer_eos_and_length(checkpoint):
     assert out.prompt_token_ids == engine.tokenizer.encode("The scheduler decides")
     assert out.text == engine.tokenizer.decode(out.token_ids)
     assert LLMEngine(model=checkpoint, num_gpu_blocks=9).max_model_len == 128, "a small pool caps it lower"
+    built = VllmConfig(model_config=ModelConfig(model=checkpoint), cache_config=CacheConfig(num_gpu_blocks=300))
+    assert built.max_model_len == 2048, "a VllmConfig built by hand caps max_model_len at the model's too"
 
 
 @pytest.mark.parametrize(

@@ -237,7 +237,12 @@ class GPUModelRunner:
         if spec.num_layers:
             cache = self.vllm_config.cache_config
             self.kv_caches = allocate_kv_caches(
-                spec.num_layers, cache.num_gpu_blocks, cache.block_size, spec.num_kv_heads, spec.head_size, spec.dtype
+                spec.num_layers,
+                cache.num_gpu_blocks,
+                cache.block_size,
+                spec.num_kv_heads,
+                spec.head_size,
+                spec.dtype,
             )
 
     # -- keeping the batch in step with the scheduler ---------------------------------------

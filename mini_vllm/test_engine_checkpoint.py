@@ -64,9 +64,14 @@ def test_the_engine_generates_hugging_faces_greedy_tokens(checkpoint, reference)
     hf = LlamaForCausalLM.from_pretrained(checkpoint, torch_dtype=torch.float32).eval()
     for prompt, got in list(zip(prompts(), reference))[::3]:
         with torch.no_grad():
-            ids = hf.generate(torch.tensor([prompt]), max_new_tokens=MAX_TOKENS, do_sample=False,
-                              eos_token_id=None, pad_token_id=0)
-        assert got == ids[0, len(prompt):].tolist(), f"prompt of {len(prompt)} tokens: mini differs from HF"
+            ids = hf.generate(
+                torch.tensor([prompt]),
+                max_new_tokens=MAX_TOKENS,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        assert got == ids[0, len(prompt) :].tolist(), f"prompt of {len(prompt)} tokens: mini differs from HF"
 
 
 def test_the_engine_takes_the_checkpoints_tokenizer_eos_and_length(checkpoint):
@@ -74,12 +79,16 @@ def test_the_engine_takes_the_checkpoints_tokenizer_eos_and_length(checkpoint):
     assert engine.max_model_len == 2048, "max_model_len is capped at max_position_embeddings"
     assert engine.tokenizer.eos_token_id == 1 and engine.tokenizer.vocab_size == 512
     runner = engine.model_executor.driver_worker.model_runner
-    assert [k.shape for k in runner.kv_caches] == [(2, 257, 16, 2, 64)] * 2, "one KV tensor per layer, pool-sized"
+    assert [k.shape for k in runner.kv_caches] == [(2, 257, 16, 2, 64)] * 2, (
+        "one KV tensor per layer, pool-sized"
+    )
     out = engine.generate(["The scheduler decides"], SamplingParams(max_tokens=4, temperature=0))[0]
     assert out.prompt_token_ids == engine.tokenizer.encode("The scheduler decides")
     assert out.text == engine.tokenizer.decode(out.token_ids)
     assert LLMEngine(model=checkpoint, num_gpu_blocks=9).max_model_len == 128, "a small pool caps it lower"
-    built = VllmConfig(model_config=ModelConfig(model=checkpoint), cache_config=CacheConfig(num_gpu_blocks=300))
+    built = VllmConfig(
+        model_config=ModelConfig(model=checkpoint), cache_config=CacheConfig(num_gpu_blocks=300)
+    )
     assert built.max_model_len == 2048, "a VllmConfig built by hand caps max_model_len at the model's too"
 
 
@@ -93,7 +102,14 @@ def test_the_engine_takes_the_checkpoints_tokenizer_eos_and_length(checkpoint):
         {"block_size": 32},
         {"block_size": 32, "max_num_batched_tokens": 8, "enable_prefix_caching": False},
     ],
-    ids=["no-prefix-caching", "chunk-8", "chunk-32", "threshold-16", "block-32", "block-32-chunk-8-no-caching"],
+    ids=[
+        "no-prefix-caching",
+        "chunk-8",
+        "chunk-32",
+        "threshold-16",
+        "block-32",
+        "block-32-chunk-8-no-caching",
+    ],
 )
 def test_greedy_tokens_do_not_depend_on_the_schedule(checkpoint, reference, engine_args):
     got, _ = run(checkpoint, **engine_args)
@@ -118,8 +134,15 @@ def test_preemption_and_recompute_do_not_change_tokens(checkpoint, reference):
 
 
 def test_speculation_does_not_change_tokens(checkpoint, reference):
-    engine = LLMEngine(model=checkpoint, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
-                                                             "prompt_lookup_min": 2, "prompt_lookup_max": 2})
+    engine = LLMEngine(
+        model=checkpoint,
+        speculative_config={
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "prompt_lookup_min": 2,
+            "prompt_lookup_max": 2,
+        },
+    )
     ids = [engine.add_request(p, GREEDY) for p in prompts()]
     requests = [engine.scheduler.requests[rid] for rid in ids]
     drafted = accepted = 0
@@ -131,13 +154,17 @@ def test_speculation_does_not_change_tokens(checkpoint, reference):
     assert [list(r.output_token_ids) for r in requests] == reference, (
         "rejected drafts' KV is overwritten before it is read: greedy output must not change"
     )
-    assert drafted > accepted > 0, f"the repetitive prompt must see drafts accepted and rejected: {accepted}/{drafted}"
+    assert drafted > accepted > 0, (
+        f"the repetitive prompt must see drafts accepted and rejected: {accepted}/{drafted}"
+    )
 
 
 def test_n_children_share_the_prompt_and_match_a_single_request(checkpoint, reference):
     engine = LLMEngine(model=checkpoint)
-    out = engine.generate([prompts()[2]], SamplingParams(n=2, max_tokens=MAX_TOKENS, temperature=0.5, top_k=1,
-                                                          ignore_eos=True, seed=1))[0]
+    out = engine.generate(
+        [prompts()[2]],
+        SamplingParams(n=2, max_tokens=MAX_TOKENS, temperature=0.5, top_k=1, ignore_eos=True, seed=1),
+    )[0]
     assert [c.token_ids for c in out.outputs] == [reference[2]] * 2, "top_k=1 children equal greedy"
 
 
@@ -151,9 +178,15 @@ def test_a_prompt_past_max_model_len_is_refused_and_nothing_is_allocated(checkpo
         engine.generate([[5, 6], list(range(3, 100))], GREEDY)
     assert not engine.has_unfinished_requests() and kv.block_pool.get_num_free_blocks() == free
     engine.step()
-    assert not engine.model_executor.driver_worker.model_runner.requests, "the runner never saw a refused request"
-    ok = engine.generate([list(range(3, 50))], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))[0]
-    assert len(ok.token_ids) == 64 - 47 and ok.finish_reason == "length", "a prompt that fits stops at max_model_len"
+    assert not engine.model_executor.driver_worker.model_runner.requests, (
+        "the runner never saw a refused request"
+    )
+    ok = engine.generate([list(range(3, 50))], SamplingParams(max_tokens=20, temperature=0, ignore_eos=True))[
+        0
+    ]
+    assert len(ok.token_ids) == 64 - 47 and ok.finish_reason == "length", (
+        "a prompt that fits stops at max_model_len"
+    )
     with pytest.raises(ValueError, match="max_position_embeddings 2048"):
         LLMEngine(model=checkpoint, max_model_len=4096, num_gpu_blocks=300)
 

@@ -42,25 +42,36 @@ def test_prepare_inputs_flattens_every_scheduled_token_in_batch_order():
     engine.step()
     ids, pos, meta = spy.calls[0]
     inputs = runner_of(engine).last_inputs
-    assert ids.tolist() == [*b"abcdef", *b"xy"], f"every scheduled token, request after request, got {ids.tolist()}"
+    assert ids.tolist() == [*b"abcdef", *b"xy"], (
+        f"every scheduled token, request after request, got {ids.tolist()}"
+    )
     assert pos.tolist() == [0, 1, 2, 3, 4, 5, 0, 1], f"positions restart per request, got {pos.tolist()}"
     assert meta.query_start_loc.tolist() == [0, 6, 8] and meta.seq_lens.tolist() == [6, 2]
     assert meta.num_actual_tokens == 8 and meta.max_query_len == 6 and meta.max_seq_len == 6
     blocks = [engine.scheduler.kv_cache_manager.get_block_ids(rid) for rid in ("req-0", "req-1")]
-    want = [blocks[0][p // 4] * 4 + p % 4 for p in range(6)] + [blocks[1][p // 4] * 4 + p % 4 for p in range(2)]
-    assert meta.slot_mapping.tolist() == want, "slot = block_table[row, pos // block_size] * block_size + pos % block_size"
+    want = [blocks[0][p // 4] * 4 + p % 4 for p in range(6)] + [
+        blocks[1][p // 4] * 4 + p % 4 for p in range(2)
+    ]
+    assert meta.slot_mapping.tolist() == want, (
+        "slot = block_table[row, pos // block_size] * block_size + pos % block_size"
+    )
     assert meta.slot_mapping.dtype == np.int64 and meta.query_start_loc.dtype == np.int32
     assert inputs.logits_indices.tolist() == [5, 7], "logits only at each request's last scheduled token"
     assert inputs.needs_sample == [True, False], "the mid-prefill chunk of 'xyz' samples nothing"
     engine.step()  # decode of req-0 (1 token) + the rest of req-1 (1 token)
     ids, pos, meta = spy.calls[1]
-    assert pos.tolist() == [6, 2] and meta.query_start_loc.tolist() == [0, 1, 2] and meta.seq_lens.tolist() == [7, 3]
+    assert (
+        pos.tolist() == [6, 2]
+        and meta.query_start_loc.tolist() == [0, 1, 2]
+        and meta.seq_lens.tolist() == [7, 3]
+    )
     assert ids[1] == ord("z")
 
 
 def test_drafts_get_one_logits_row_each_plus_the_bonus_row():
-    engine = LLMEngine(speculative_config={"method": "ngram", "num_speculative_tokens": 3}, block_size=4,
-                       num_gpu_blocks=64)
+    engine = LLMEngine(
+        speculative_config={"method": "ngram", "num_speculative_tokens": 3}, block_size=4, num_gpu_blocks=64
+    )
     spy = spy_on(engine)
     engine.add_request("the cat", SamplingParams(max_tokens=140, temperature=0, ignore_eos=True))
     seen = False
@@ -91,7 +102,10 @@ def test_the_persistent_batch_drops_finished_requests_and_condenses():
     assert "req-0" not in runner.requests, "a finished request's cached state is dropped"
     row = runner.input_batch.req_id_to_index["req-2"]
     n = runner.input_batch.num_tokens_no_spec[row]
-    assert runner.input_batch.token_ids_cpu[row, :n].tolist() == engine.scheduler.requests["req-2"].all_token_ids[:]
+    assert (
+        runner.input_batch.token_ids_cpu[row, :n].tolist()
+        == engine.scheduler.requests["req-2"].all_token_ids[:]
+    )
     while engine.has_unfinished_requests():
         engine.step()
     engine.step()  # an empty step still tells the runner who finished
@@ -101,12 +115,16 @@ def test_the_persistent_batch_drops_finished_requests_and_condenses():
 def test_preemption_keeps_the_generator_so_sampling_does_not_change():
     params = SamplingParams(max_tokens=40, temperature=1.0, ignore_eos=True, seed=3)
     calm = LLMEngine(block_size=4, num_gpu_blocks=64).generate(["x" * 10, "y" * 10], params)
-    engine = LLMEngine(block_size=4, num_gpu_blocks=14, enable_prefix_caching=False)  # 13 blocks: too few for both
+    engine = LLMEngine(
+        block_size=4, num_gpu_blocks=14, enable_prefix_caching=False
+    )  # 13 blocks: too few for both
     ids = [engine.add_request(p, params) for p in ("x" * 10, "y" * 10)]
     reqs = [engine.scheduler.requests[i] for i in ids]
     while engine.has_unfinished_requests():
         engine.step()
-    assert max(r.num_preemptions for r in reqs) >= 1, "the pool of 13 blocks cannot hold both requests to the end"
+    assert max(r.num_preemptions for r in reqs) >= 1, (
+        "the pool of 13 blocks cannot hold both requests to the end"
+    )
     assert [list(r.output_token_ids) for r in reqs] == [o.token_ids for o in calm], (
         "a preempted request keeps its cached state and generator in the runner: recomputing it may not change "
         "what it samples"

@@ -16,6 +16,7 @@ from .block_pool import (
 )
 from .config import (
     CacheConfig,
+    ModelConfig,
     ParallelConfig,
     SchedulerConfig,
     SpeculativeConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "KVCacheManager",
     "LLMEngine",
     "LaunchCounter",
+    "ModelConfig",
     "NONE_HASH",
     "ParallelConfig",
     "ParentRequest",

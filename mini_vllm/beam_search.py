@@ -2,48 +2,43 @@
 
 Mirrors ``vllm/entrypoints/generate/beam_search/offline.py`` (``BeamSearchOfflineMixin.beam_search``,
 what ``LLM.beam_search`` runs) and ``vllm/entrypoints/generate/beam_search/utils.py``
-(``BeamSearchSequence``, ``BeamSearchOutput``, ``get_beam_search_score``). The engine itself knows
-nothing of beams: each step, every live beam of every prompt is submitted as a fresh request of
-``max_tokens = 1`` asking for ``2 * beam_width`` logprobs (the width Hugging Face transformers uses),
-and the candidates are filed by the caller::
+(``BeamSearchSequence``, ``BeamSearchOutput``, ``get_beam_search_score``). The engine knows
+nothing of beams: each step every live beam is a fresh request of ``max_tokens = 1``; its
+candidates (the sampled token, then the ``2 * beam_width`` likeliest) are scored by
+``cum_logprob / seq_len ** length_penalty`` and the ``beam_width`` best live on. README.md
+("Beam search") gives the loop in full. The engine is typed by a ``Protocol`` here, so this module
+never imports ``engine.py`` (which imports it).
 
-    beams = [prompt]                        # per prompt; completed = []
-    repeat max_tokens times, while some beam lives:
-        run every beam for one token (one batch through the engine)
-        for each beam, for each candidate token t (the sampled one, then the 2 * beam_width likeliest):
-            new = beam + t, cum_logprob + logprob(t)
-            t is EOS and not ignore_eos ?  completed += new  :  live += new
-        beams = the beam_width best live ones by score
-    return the beam_width best of completed + beams, best first
-
-    score = cum_logprob / seq_len ** length_penalty     # seq_len: every token, the prompt's too,
-                                                        # less a final EOS
-
-Sorting is stable, so equal scores keep candidate order (beam order, then the sampled token, then
-the likeliest first, ties lowest id first). A beam's prompt is the whole sequence so far, so with
-prefix caching on its full blocks hit the cache its parent beam left.
-
-Left out, and why: the logprobs come from the raw log-softmax of the logits row the engine samples
-from, read from the engine's model here (``LLMEngine.step`` does not yet hand logprobs back in its
-outputs; the toy model's row depends only on the last token and its position, so it is the same
-row); no LoRA, multimodal or encoder-decoder prompts, no ``concurrency_limit``, no progress bar.
-A prompt whose length plus ``max_tokens`` exceeds ``max_model_len`` is refused up front (upstream
-drops a beam that hits the limit).
+Left out, and why: the logprobs come from the raw log-softmax of the toy model's row for the
+beam's last token and position (``LLMEngine.step`` hands no logprobs back yet), so a checkpoint's
+engine refuses beam search; no LoRA, multimodal or encoder-decoder prompts, no
+``concurrency_limit``, no progress bar. A prompt whose length plus ``max_tokens`` exceeds
+``max_model_len`` is refused up front (upstream drops a beam that hits the limit).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from .sampler import log_softmax
 from .sampling_params import BeamSearchParams, SamplingParams
+from .tokenizer import Prompt
 
-if TYPE_CHECKING:
-    from .engine import LLMEngine, Prompt
+
+class LLMEngine(Protocol):
+    """What beam search needs of the engine (``engine.LLMEngine``; no import, so no cycle)."""
+
+    tokenizer: Any
+    max_model_len: int
+    model: Any  # answers forward(last_tokens, positions) -> logits, as ToyModel does
+
+    def _tokenize(self, prompt: Prompt) -> list[int]: ...
+
+    def generate(self, prompts: Any, sampling_params: Any = None) -> list[Any]: ...
 
 
 @dataclass(slots=True)

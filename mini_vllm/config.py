@@ -1,43 +1,19 @@
 """Engine configuration: one home per setting, validated once, when the object is built.
 
 Mirrors ``vllm/config/cache.py`` (``CacheConfig``), ``vllm/config/scheduler.py``
-(``SchedulerConfig``, ``verify_max_model_len``), ``vllm/config/parallel.py`` (``ParallelConfig``:
-``tensor_parallel_size``, ``distributed_executor_backend``), ``vllm/config/vllm.py`` (``VllmConfig``, the
-object every component receives) and the startup check of ``vllm/v1/core/kv_cache_utils.py``
-(``check_enough_kv_cache_memory``: one request of ``max_model_len`` tokens must fit the pool),
-and ``vllm/config/lora.py`` (``LoRAConfig``: ``max_loras``, ``max_lora_rank``).
+(``SchedulerConfig``, ``verify_max_model_len``), ``vllm/config/parallel.py`` (``ParallelConfig``),
+``vllm/config/lora.py`` (``LoRAConfig``), ``vllm/config/speculative.py`` (``SpeculativeConfig``),
+``vllm/config/model.py`` (``ModelConfig``) and ``vllm/config/vllm.py`` (``VllmConfig``, the object
+every component receives), with the startup check of ``vllm/v1/core/kv_cache_utils.py``
+(``check_enough_kv_cache_memory``: one request of ``max_model_len`` tokens must fit the pool).
 ``create_engine_config`` plays ``EngineArgs.create_engine_config``: flat keyword arguments in,
-one validated ``VllmConfig`` out. Components never re-check what is checked here.
+one validated ``VllmConfig`` out; components never re-check what is checked here. Every rule,
+with upstream's where upstream has one, is in README.md ("Configuration").
 
-Rules, with upstream's where upstream has one:
-
-* every count is an ``int`` (``bool`` is refused): ``block_size >= 1``, ``num_gpu_blocks >= 2``
-  (block 0 is the null block), ``max_num_seqs >= 1``, ``max_num_batched_tokens >= 1``,
-  ``long_prefill_token_threshold >= 0``, ``max_model_len >= 2`` (a one-token prompt plus one
-  output);
-* ``max_model_len`` defaults to what the pool holds, ``(num_gpu_blocks - 1) * block_size``, and
-  may not exceed it, so one request of maximal length always fits alone and preemption can
-  never loop forever (upstream compares bytes and counts the null block as usable);
-* without chunked prefill, ``max_num_batched_tokens >= max_model_len`` (upstream's message);
-* images (Phase 13): ``max_num_encoder_input_tokens >= 0`` (embeddings the encoder may compute
-  per step) and ``encoder_cache_size >= 0`` (embeddings the encoder cache holds), both 0 for a
-  text-only engine. Upstream derives both from the largest item the model accepts
-  (``compute_mm_encoder_budget``); mini takes them as settings, and the scheduler refuses a
-  request with an image larger than either (it could never run).
-* ``tensor_parallel_size >= 1``; ``distributed_executor_backend`` is ``"uni"`` (one worker in the
-  engine's process, TP=1 only), ``"mp"`` (one worker process per rank) or ``None``, which picks
-  ``"uni"`` at TP=1 and ``"mp"`` above it, as upstream does on one host.
-* ``SpeculativeConfig`` (``vllm/config/speculative.py``): ``method`` is ``"ngram"`` (upstream also
-  spells it ``"[ngram]"``), ``num_speculative_tokens >= 1`` is required, ``prompt_lookup_min`` /
-  ``prompt_lookup_max >= 1``: neither given means 5 and 5, one given copies the other, and
-  ``prompt_lookup_min <= prompt_lookup_max`` (upstream's message). ``None`` on ``VllmConfig``
-  means speculation is off.
-
-Left out: every proposer but n-gram (EAGLE, MTP, Medusa, draft models, suffix decoding, their
-draft-model configs), the rejection sampler's "synthetic" mode, pipeline, data and context
-parallelism, Ray, everything about devices, memory fractions, dtypes, swap space, the model itself,
-and upstream's ``max_num_batched_tokens >= max_num_seqs`` rule (see README: mini accepts a
-budget smaller than the seat count; the budget then bounds the batch first).
+Left out: every proposer but n-gram, the rejection sampler's "synthetic" mode, pipeline, data
+and context parallelism, Ray, devices, memory fractions, dtypes other than float32, swap space,
+and upstream's ``max_num_batched_tokens >= max_num_seqs`` rule (mini accepts a budget smaller
+than the seat count; the budget then bounds the batch first).
 """
 
 from __future__ import annotations
@@ -206,8 +182,11 @@ class VllmConfig:
     parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
     lora_config: LoRAConfig | None = None  # None: LoRA off (upstream: enable_lora=False)
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
+    model_config: ModelConfig | None = None  # None: the toy model (ToyForCausalLM, byte tokenizer)
 
     def __post_init__(self) -> None:
+        if self.model_config is not None and not isinstance(self.model_config, ModelConfig):
+            raise TypeError(f"model_config must be a ModelConfig or None, got {type(self.model_config).__name__}")
         if self.lora_config is not None and not isinstance(self.lora_config, LoRAConfig):
             raise TypeError(f"lora_config must be a LoRAConfig or None, got {type(self.lora_config).__name__}")
         if isinstance(self.speculative_config, dict):  # the engine-argument spelling
@@ -229,10 +208,14 @@ class VllmConfig:
             )
         cache, sched = self.cache_config, self.scheduler_config
         capacity = cache.num_usable_tokens
+        model_len = self.model_config.max_model_len if self.model_config is not None else None
         if sched.max_model_len is None:
-            sched = replace(sched, max_model_len=capacity)  # re-runs its checks
+            default = capacity if model_len is None else min(capacity, model_len)
+            sched = replace(sched, max_model_len=default)  # re-runs its checks
             object.__setattr__(self, "scheduler_config", sched)
         assert sched.max_model_len is not None
+        if model_len is not None and sched.max_model_len > model_len:
+            raise ValueError(f"max_model_len {sched.max_model_len} is greater than the model's {model_len}")
         if sched.max_model_len > capacity:
             needed = -(-sched.max_model_len // cache.block_size)
             raise ValueError(
@@ -264,25 +247,32 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
     ``enable_lora=True`` builds a ``LoRAConfig`` from ``max_loras`` / ``max_lora_rank``; those two
     without ``enable_lora=True`` are refused (upstream ignores them silently). ``speculative_config``
     is a dict (``{"method": "ngram", "num_speculative_tokens": 3}``, as upstream's ``EngineArgs``), a
-    ``SpeculativeConfig`` or ``None``.
+    ``SpeculativeConfig`` or ``None``. ``model`` (a checkpoint directory) builds a ``ModelConfig``.
     """
     enable_lora = engine_args.pop("enable_lora", False)
     _check_bool("enable_lora", enable_lora)
     speculative = engine_args.pop("speculative_config", None)
+    model = engine_args.pop("model", None)
     fields = _CACHE_FIELDS | _SCHEDULER_FIELDS | _PARALLEL_FIELDS | _LORA_FIELDS
     unknown = sorted(set(engine_args) - fields)
     if unknown:
-        known = ", ".join(sorted(fields | {"enable_lora", "speculative_config"}))
+        known = ", ".join(sorted(fields | {"enable_lora", "speculative_config", "model"}))
         raise TypeError(f"unknown engine argument(s) {unknown}; known: {known}")
     lora_args = {k: v for k, v in engine_args.items() if k in _LORA_FIELDS}
     if lora_args and not enable_lora:
         raise ValueError(f"{sorted(lora_args)} given without enable_lora=True")
+    cache = CacheConfig(**{k: v for k, v in engine_args.items() if k in _CACHE_FIELDS})
+    sched_args = {k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}
+    # The model caps max_model_len at its max_position_embeddings (a larger one is refused); unset,
+    # VllmConfig makes it the smaller of that and what the pool holds.
+    model_config = None if model is None else ModelConfig(model=model, max_model_len=sched_args.get("max_model_len"))
     return VllmConfig(
-        CacheConfig(**{k: v for k, v in engine_args.items() if k in _CACHE_FIELDS}),
-        SchedulerConfig(**{k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}),
+        cache,
+        SchedulerConfig(**sched_args),
         parallel_config=ParallelConfig(**{k: v for k, v in engine_args.items() if k in _PARALLEL_FIELDS}),
         lora_config=LoRAConfig(**lora_args) if enable_lora else None,
         speculative_config=speculative,
+        model_config=model_config,
     )
 
 

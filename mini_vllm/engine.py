@@ -1,76 +1,22 @@
-"""The engine loop: tokenize, then ``schedule → forward → sample → update_from_output`` per step.
+"""The engine loop: request intake, ``step()``, outputs; the work of a step happens in the runner.
 
 Mirrors ``vllm/v1/engine/llm_engine.py`` (``LLMEngine``: ``add_request``, ``step``,
-``has_unfinished_requests``), the offline ``vllm/entrypoints/llm.py`` (``LLM.generate``) and the
-heart of ``vllm/v1/engine/core.py`` (``EngineCore.step``). The engine runs in one process and one
-thread: no ZMQ front end, no detokenizer process, no async scheduling, no streaming outputs. The
-forward goes through an executor, as upstream's ``EngineCore`` → ``Executor`` → workers
-(``executor.py``): ``tensor_parallel_size=1`` with the ``"uni"`` backend (the default) keeps one
-worker in this process; ``"mp"`` starts one worker process per rank, and their vocabulary shards
-are all-gathered into the same logits, bit for bit. ``shutdown()`` (or ``with LLMEngine(...)``,
-or garbage collection, or interpreter exit) stops the workers; a worker that dies makes ``step()`` raise
-``WorkerDiedError`` instead of hanging, and the engine is shut down from then on.
+``has_unfinished_requests``), the offline ``vllm/entrypoints/llm.py`` (``LLM.generate``) and
+``vllm/v1/engine/core.py`` (``EngineCore.step``), whose order one step keeps::
 
-A request with ``SamplingParams.n > 1`` is fanned out in ``add_request`` into ``n`` child
-requests (``parallel_sampling.py``); ``_make_output`` folds a finished child back into its
-parent's output. ``beam_search`` (``beam_search.py``) drives this engine one token at a time.
+    scheduler_output = scheduler.schedule()
+    model_executor.execute_model(scheduler_output)         # runner: inputs + forward, every rank
+    grammar_output = self._get_grammar_bitmask(scheduler_output)
+    model_output = model_executor.sample_tokens(grammar_output)   # runner: mask, sample, verify
+    finished = scheduler.update_from_output(scheduler_output, tokens of model_output)
 
-One step, exactly as upstream orders it::
+then, with speculative decoding, the n-gram drafter proposes the next drafts. The model runner
+(``model_runner.py``) owns the inputs, the forward, sampling and rejection sampling; the engine
+owns the tokenizer, one seed per request, grammars, ``n > 1`` fan-out (``parallel_sampling.py``)
+and the outputs. README.md ("How a step runs") tells the whole story.
 
-    out = scheduler.schedule()                           # who runs, how many tokens each
-    logits = model_executor.execute_model(out).logits    # one row per scheduled request
-    logits = apply the grammar bitmask to constrained rows # Phase 12: illegal tokens -> -inf
-    tokens = sampler.sample_batch(rows that needs_sample, # mid-prefill chunks sample nothing
-                                  each row's history)     # Phase 09: what penalties etc. read
-    advance each constrained request's grammar by its token
-    finished = scheduler.update_from_output(out, tokens) # advance counters, stop, free KV
-
-The history (``_sample``) is what upstream's ``InputBatch`` hands the sampler through
-``SamplingMetadata``: each request's output ids (penalties, bad words, min-tokens) and, for the
-repetition penalty, its prompt ids. A batch whose requests set none of those knobs passes none,
-so it samples exactly as before the knobs existed. EOS joins the min-tokens ban, as upstream's
-``all_stop_token_ids`` does.
-
-Structured outputs (``_apply_grammar_bitmask``, ``_accept_grammar_tokens``): a request whose
-``SamplingParams.structured_outputs`` asks for a regex, a choice or a JSON object gets a grammar
-from ``structured_output_manager`` (``grammar.py``; upstream's ``StructuredOutputManager``) when
-it is added. Each step the manager fills one row of ``ceil(V / 32)`` int32 words per constrained
-request that samples, the engine sets every logit whose bit is 0 to ``-inf`` before the sampler
-(upstream's ``apply_grammar_bitmask``; EOS's bit is set only in an accepting state), and the
-sampled token advances the grammar. An output that stops (EOS) therefore matches its grammar; one
-cut by ``max_tokens`` is a legal prefix. A batch without such requests skips both helpers.
-
-With speculative decoding, a constrained request's drafts are trimmed to what its grammar accepts
-(``structured_output_manager.validate_draft_tokens``, cut before EOS) when they are proposed, as
-upstream's scheduler does; ``grammar_bitmask(grammars, spec_tokens)`` then masks its k + 1 rows
-(row j with the state after its first j drafts) before verification, and
-``_accept_grammar_tokens`` advances the grammar by the whole accepted list.
-
-The toy model only needs the *last* scheduled position of each request (it ignores the KV
-cache), so a 100-token prefill chunk costs one row, not 100.
-
-With speculative decoding (``speculative_config={"method": "ngram", ...}``) a step becomes::
-
-    out = scheduler.schedule()                           # drafts ride in num_scheduled_tokens
-    logits = model.forward(...)                          # one row per request without drafts;
-                                                         # k + 1 rows for one with k drafts: the
-                                                         # last real token and each draft position
-    bonus = sampler(row after the last draft)            # the request's own generator
-    accepted = rejection_sample(drafts, rows per draft, bonus)   # greedy: exact argmax match
-    finished = scheduler.update_from_output(out, {rid: accepted + [bonus or correction]})
-    scheduler.update_draft_token_ids(proposer.propose(...))      # n-gram drafts for next step
-
-The rows of a draft position go through the sampler's own logits processing, with the inputs a
-decode step at that position would give it: the token history is the output so far plus the
-drafts before that position (the bonus row's includes every draft), so penalties, bad words and
-min-tokens judge each position as plain decoding would, and greedy output is exactly the output
-without speculation. Random requests verify
-with ``p`` = the sampler's distribution at that position (temperature, min-p, top-k, top-p) and
-``q`` one-hot on the n-gram draft, drawing the bonus, the uniforms and the recovered token's
-noise from the request's generator, in that order (upstream layout:
-``vllm/v1/spec_decode/metadata.py`` ``SpecDecodeMetadata``, ``vllm/v1/sample/rejection_sampler.py``
-``RejectionSampler.forward``). Left out: logprobs of drafts, draft probabilities (n-gram has
-none), upstream's async draft hand-off.
+Left out: the ZMQ front end and the detokenizer process, async scheduling, streaming outputs,
+logprobs in outputs (``beam_search.py`` reads the toy model's rows instead).
 """
 
 from __future__ import annotations
@@ -84,24 +30,16 @@ from .beam_search import BeamSearchOutput
 from .beam_search import beam_search as run_beam_search
 from .config import VllmConfig, create_engine_config
 from .executor import Executor, make_executor
-from .grammar import GrammarCompiler, StructuredOutputManager, apply_bitmask, byte_vocab
+from .grammar import GrammarCompiler, StructuredOutputManager, byte_vocab
 from .lora import LoRARequest
-from .outputs import CompletionOutput, RequestOutput
+from .outputs import CompletionOutput, ModelRunnerOutput, RequestOutput
 from .parallel_sampling import ParentRequest
 from .request import Request, RequestStatus
-from .sampler import Sampler, apply_min_p, apply_top_k_top_p
+from .sampler import Sampler
 from .sampling_params import BeamSearchParams, SamplingParams
-from .scheduler import Scheduler, SchedulerOutput
-from .spec_decode import NgramProposer, parse_output, rejection_sample
-from .tokenizer import ByteTokenizer
-
-Prompt = str | Sequence[int]
-
-
-def _reads_output(sp: SamplingParams) -> bool:
-    """Whether a request's sampling reads its output so far (penalties, bad words, min-tokens)."""
-    return bool(sp.presence_penalty or sp.frequency_penalty or sp.repetition_penalty != 1.0
-                or sp.bad_words_token_ids or sp.min_tokens)
+from .scheduler import GrammarOutput, Scheduler, SchedulerOutput
+from .spec_decode import NgramProposer
+from .tokenizer import ByteTokenizer, HFTokenizer, Prompt
 
 
 class LLMEngine:
@@ -116,7 +54,9 @@ class LLMEngine:
         ``config.py``), the parallel ones (``tensor_parallel_size``,
         ``distributed_executor_backend``) and ``speculative_config``. ``max_model_len`` (prompt + output tokens) defaults to what the pool
         holds, ``(num_gpu_blocks - 1) * block_size``, and may not exceed it. ``seed`` seeds
-        sampling only.
+        sampling only. ``model="path/to/checkpoint"`` runs that checkpoint (its ``config.json``'s
+        architecture, its weights, its ``tokenizer.json`` and EOS; ``max_model_len`` capped at its
+        ``max_position_embeddings``) instead of the toy model; TP > 1 and LoRA are refused for it.
         """
         if vllm_config is None:
             vllm_config = create_engine_config(**engine_args)
@@ -125,13 +65,22 @@ class LLMEngine:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.vllm_config = vllm_config
-        self.tokenizer = ByteTokenizer()
-        parallel = vllm_config.parallel_config
-        # fixed "weights" (model seed 0): ``seed`` is for sampling
+        parallel, model_config = vllm_config.parallel_config, vllm_config.model_config
+        self.tokenizer: ByteTokenizer | HFTokenizer = ByteTokenizer()
+        if model_config is not None:
+            arch = model_config.architectures[0]
+            if parallel.tensor_parallel_size > 1:
+                raise ValueError(f"tensor_parallel_size={parallel.tensor_parallel_size}: {arch} cannot be sharded "
+                                 "(mini_vllm shards only the toy model's output projection); use 1")
+            if vllm_config.lora_config is not None:
+                raise ValueError(f"enable_lora=True: {arch} has no LoRA layers in mini_vllm (only the toy model "
+                                 "takes lora_request)")
+            self.tokenizer = HFTokenizer(model_config.model, model_config.vocab_size, model_config.eos_token_id)
+        # fixed "weights" (the toy's seed 0, or the checkpoint's): ``seed`` is for sampling
         self.model_executor: Executor = make_executor(
-            self.tokenizer.vocab_size, parallel.tensor_parallel_size, backend=parallel.distributed_executor_backend
+            self.tokenizer.vocab_size, parallel.tensor_parallel_size, backend=parallel.distributed_executor_backend,
+            vllm_config=vllm_config,
         )
-        self.sampler = Sampler(eos_token_id=self.tokenizer.eos_token_id)  # min_tokens bans EOS too
         self.seed = seed
         self.max_model_len = vllm_config.max_model_len
         self.scheduler = Scheduler(vllm_config)
@@ -149,7 +98,6 @@ class LLMEngine:
         self.num_steps = 0  # engine steps run (speculation's saving shows here)
         self._next_index = 0  # per-engine request counter: ids req-0, req-1, ...
         self._prompts: dict[str, str | None] = {}  # request id -> prompt text (None for token ids)
-        self._generators: dict[str, np.random.Generator] = {}  # one RNG per request
         self._parent_requests: dict[str, ParentRequest] = {}  # parent id -> parent (n > 1), until done
         self._parent_of: dict[str, ParentRequest] = {}  # child id -> its parent, until the child is done
 
@@ -157,6 +105,21 @@ class LLMEngine:
     def model(self) -> Executor:
         """The model as the engine sees it: the executor answers ``ToyModel.forward``'s contract."""
         return self.model_executor
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler of the in-process worker's runner (the ``"uni"`` backend only)."""
+        worker = getattr(self.model_executor, "driver_worker", None)
+        if worker is None:
+            raise AttributeError("the sampler lives in the worker processes of the 'mp' backend")
+        return worker.model_runner.sampler
+
+    @sampler.setter
+    def sampler(self, sampler: Sampler) -> None:
+        worker = getattr(self.model_executor, "driver_worker", None)
+        if worker is None:
+            raise AttributeError("the sampler lives in the worker processes of the 'mp' backend")
+        worker.model_runner.sampler = sampler
 
     @property
     def collectives_per_step(self) -> list[int]:
@@ -212,6 +175,9 @@ class LLMEngine:
         if not isinstance(sampling_params, SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
         if sampling_params.structured_outputs is not None:  # compiles (cached): a bad regex fails here
+            if self.vllm_config.model_config is not None:
+                raise ValueError("structured outputs need the byte tokenizer's vocabulary: mini_vllm's grammars "
+                                 "run with the toy model only")
             self.structured_output_manager.compile(sampling_params.structured_outputs)
         return sampling_params
 
@@ -293,8 +259,8 @@ class LLMEngine:
         )
         if params.structured_outputs is not None:
             self.structured_output_manager.grammar_init(request_id, params.structured_outputs)
+        request.generator_seed = seed  # the runner's generator for this request starts from it
         self.scheduler.add_request(request)
-        self._generators[request_id] = np.random.default_rng(seed)
         self._prompts[request_id] = text
 
     def abort_request(self, request_id: str | Sequence[str]) -> list[RequestOutput]:
@@ -325,62 +291,45 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Run one engine step; return the requests that finished during it."""
         self._check_alive()
-        out = self.scheduler.schedule()
+        scheduler_output = self.scheduler.schedule()
         self.num_steps += 1
+        self.model_executor.execute_model(scheduler_output)
+        grammar_output = self._get_grammar_bitmask(scheduler_output)
+        model_output = self.model_executor.sample_tokens(grammar_output)
+        sampled = self._sampled_token_ids(scheduler_output, model_output)
+        self._accept_grammar_tokens(sampled)
+        finished = self.scheduler.update_from_output(scheduler_output, sampled)
         if self.drafter is not None:
-            return self._step_with_drafts(out)
-        reqs = out.scheduled_requests
-        sampled: dict[str, int] = {}
-        if reqs:
-            n = [out.num_scheduled_tokens[r.request_id] for r in reqs]
-            logits = self.model_executor.execute_model(out).logits  # rows in scheduling order
-            rows = [i for i, (r, k) in enumerate(zip(reqs, n)) if Scheduler.needs_sample(r, k)]
-            if rows:
-                wanted = [reqs[i] for i in rows]
-                tokens = self._sample(wanted, self._apply_grammar_bitmask(wanted, logits[rows]))
-                sampled = {r.request_id: t for r, t in zip(wanted, tokens)}
-                self._accept_grammar_tokens(sampled)
-        finished = self.scheduler.update_from_output(out, sampled)
+            self._propose([r for r in scheduler_output.scheduled_requests
+                           if r.request_id in sampled and not r.is_finished])
         return [self._make_output(r) for r in finished]
 
-    def _sample(
-        self, wanted: list[Request], logits: np.ndarray, drafts: Sequence[Sequence[int]] | None = None
-    ) -> list[int]:
-        """One token per row: the sampler gets what upstream's ``SamplingMetadata`` carries.
+    @staticmethod
+    def _sampled_token_ids(scheduler_output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, Any]:
+        """The runner's lists as the scheduler takes them: one int without drafts, a list with them."""
+        spec = scheduler_output.scheduled_spec_decode_tokens
+        return {rid: tokens if rid in spec else tokens[0]
+                for rid, tokens in zip(model_output.req_ids, model_output.sampled_token_ids) if tokens}
 
-        Per row: the params, the request's own generator, and its token history when a knob
-        reads it (upstream's ``InputBatch`` keeps ``output_token_ids`` and, for penalties, the
-        prompt ids). Output history feeds penalties, bad words and min-tokens; the prompt only
-        the repetition penalty. A batch that sets none of them passes no history at all. With
-        speculation, ``drafts[i]`` are row ``i``'s verified drafts, which its history includes.
+    def _get_grammar_bitmask(self, scheduler_output: SchedulerOutput) -> GrammarOutput | None:
+        """The bitmask rows of every constrained request that samples this step, in scheduling order.
+
+        A request with k drafts gets k + 1 rows: row j masks with its grammar's state after its
+        first j drafts (the manager advances tentatively and rolls back). None when no request
+        of the step has a grammar.
         """
-        params = [r.sampling_params for r in wanted]
-        generators = [self._generators[r.request_id] for r in wanted]
-        needs = [_reads_output(sp) for sp in params]
-        if not any(needs):
-            return self.sampler.sample_batch(logits, params, generators)
-        if drafts is None:
-            outputs = [r.output_token_ids if n else () for r, n in zip(wanted, needs)]
-        else:
-            outputs = [[*r.output_token_ids, *d] if n else () for r, n, d in zip(wanted, needs, drafts)]
-        prompts = [r.prompt_token_ids if sp.repetition_penalty != 1.0 else () for r, sp in zip(wanted, params)]
-        return self.sampler.sample_batch(logits, params, generators, output_token_ids=outputs,
-                                         prompt_token_ids=prompts)
-
-    def _apply_grammar_bitmask(self, wanted: list[Request], logits: np.ndarray) -> np.ndarray:
-        """Ban, in place, every token a constrained row's grammar does not allow; returns ``logits``.
-
-        ``logits`` holds one row per request of ``wanted`` (a copy the engine owns). Only the
-        constrained rows get a bitmask row, in batch order, as upstream's ``GrammarOutput`` lists them.
-        """
-        grammars = self.structured_output_manager.grammars
-        if not grammars:
-            return logits
-        idx = [i for i, r in enumerate(wanted) if r.request_id in grammars]
-        if idx:
-            bitmask = self.structured_output_manager.grammar_bitmask([grammars[wanted[i].request_id] for i in idx])
-            logits[idx] = apply_bitmask(logits[idx], bitmask)
-        return logits
+        manager = self.structured_output_manager
+        if not manager.grammars:
+            return None
+        scheduled = scheduler_output.num_scheduled_tokens
+        reqs = [r for r in scheduler_output.scheduled_requests
+                if r.request_id in manager.grammars and Scheduler.needs_sample(r, scheduled[r.request_id])]
+        if not reqs:
+            return None
+        grammars = [manager.grammars[r.request_id] for r in reqs]
+        spec = scheduler_output.scheduled_spec_decode_tokens
+        bitmask = manager.grammar_bitmask(grammars, [spec.get(r.request_id, []) for r in reqs] if spec else None)
+        return GrammarOutput([r.request_id for r in reqs], bitmask)
 
     def _accept_grammar_tokens(self, sampled: dict[str, int | Sequence[int]]) -> None:
         """Advance each constrained request's grammar by its sampled token(s)."""
@@ -389,104 +338,6 @@ class LLMEngine:
             for rid, tokens in sampled.items():
                 if manager.should_advance(rid):
                     manager.accept_tokens(rid, [tokens] if isinstance(tokens, int) else tokens)
-
-    def _step_with_drafts(self, out: SchedulerOutput) -> list[RequestOutput]:
-        """One step with speculation: verify the scheduled drafts, then propose the next ones."""
-        reqs = out.scheduled_requests
-        spec = out.scheduled_spec_decode_tokens
-        tokens: list[int] = []
-        positions: list[int] = []
-        wanted: list[tuple[Request, int, list[int]]] = []  # request, first logits row, its drafts
-        for r in reqs:
-            n = out.num_scheduled_tokens[r.request_id]
-            if not Scheduler.needs_sample(r, n):
-                continue  # a mid-prefill chunk: no logits needed at all
-            drafts = spec.get(r.request_id, [])
-            wanted.append((r, len(tokens), drafts))
-            seq = r.all_token_ids
-            last = r.num_tokens - 1  # the last real token, then each draft in turn
-            tokens.append(seq[last])
-            positions.append(last)
-            tokens.extend(drafts)
-            positions.extend(range(last + 1, last + 1 + len(drafts)))
-        sampled: dict[str, int | list[int]] = {}
-        if wanted:
-            logits = self.model_executor.forward(np.array(tokens), np.array(positions))
-            sampled = self._verify(logits, wanted)
-            self._accept_grammar_tokens(sampled)
-        finished = self.scheduler.update_from_output(out, sampled)
-        self._propose([r for r, _, _ in wanted if not r.is_finished])
-        return [self._make_output(r) for r in finished]
-
-    def _verify(self, logits: np.ndarray, wanted: list[tuple[Request, int, list[int]]]) -> dict[str, int | list[int]]:
-        """Bonus tokens from the sampler, drafts checked by the rejection sampler; tokens per request."""
-        bonus_rows = [start + len(drafts) for _, start, drafts in wanted]
-        reqs = [r for r, _, _ in wanted]
-        self._apply_spec_grammar_bitmask(logits, wanted)  # every verified position of a constrained request
-        # Exactly the sampling of a step without speculation (history, grammar) at the bonus position.
-        bonus = self._sample(reqs, logits[bonus_rows], [d for _, _, d in wanted])
-        sampled: dict[str, int | list[int]] = {}
-        verify = [(i, w) for i, w in enumerate(wanted) if w[2]]
-        for i, (r, _, drafts) in enumerate(wanted):
-            if not drafts:
-                sampled[r.request_id] = bonus[i]  # no draft: exactly the non-speculative step
-        if not verify:
-            return sampled
-        rows = [start + j for _, (_, start, drafts) in verify for j in range(len(drafts))]
-        params = [r.sampling_params for _, (r, _, drafts) in verify for _ in drafts]
-        # Each draft position's history: the output so far plus the drafts before it (as the bonus row's).
-        outputs = [[*r.output_token_ids, *drafts[:j]] if _reads_output(r.sampling_params) else []
-                   for _, (r, _, drafts) in verify for j in range(len(drafts))]
-        prompts = [list(r.prompt_token_ids) if r.sampling_params.repetition_penalty != 1.0 else []
-                   for _, (r, _, drafts) in verify for _ in drafts]
-        target = self.sampler.apply_logits_processors(logits[rows].astype(np.float64), params, outputs, prompts)
-        random_rows = [k for k, sp in enumerate(params) if not sp.is_greedy]
-        if random_rows:  # the sampler's distribution at each position, as logits (-inf outside it)
-            sub = target[random_rows] / np.array([params[k].temperature for k in random_rows])[:, None]
-            min_p = np.array([params[k].min_p for k in random_rows])
-            if (min_p > 0).any():
-                apply_min_p(sub, min_p)
-            kept = apply_top_k_top_p(
-                sub, np.array([params[k].top_k for k in random_rows]), np.array([params[k].top_p for k in random_rows])
-            )
-            with np.errstate(divide="ignore"):
-                target[random_rows] = np.log(kept)
-        vocab = logits.shape[1]
-        uniforms, noise = [], []
-        for _, (r, _, drafts) in verify:
-            if r.sampling_params.is_greedy:  # the greedy path draws nothing
-                uniforms.append(np.zeros(len(drafts)))
-                noise.append(np.ones(vocab))
-            else:
-                g = self._generators[r.request_id]
-                uniforms.append(g.random(len(drafts)))
-                noise.append(g.exponential(size=vocab))
-        out = rejection_sample(
-            np.concatenate([drafts for _, (_, _, drafts) in verify]),
-            [len(drafts) for _, (_, _, drafts) in verify],
-            None,
-            target,
-            np.array([bonus[i] for i, _ in verify]),
-            np.array([r.sampling_params.is_greedy for _, (r, _, _) in verify]),
-            uniform_probs=np.concatenate(uniforms),
-            exponentials=np.stack(noise),
-        )
-        for (_, (r, _, _)), emitted in zip(verify, parse_output(out, vocab)):
-            sampled[r.request_id] = emitted
-        return sampled
-
-    def _apply_spec_grammar_bitmask(self, logits: np.ndarray, wanted: list[tuple[Request, int, list[int]]]) -> None:
-        """Mask, in place, the k + 1 rows of each constrained request: row j with the grammar's state
-        after its first j drafts (upstream's ``grammar_bitmask`` with ``scheduled_spec_decode_tokens``)."""
-        manager = self.structured_output_manager
-        constrained = [(r, start, drafts) for r, start, drafts in wanted if r.request_id in manager.grammars]
-        if not constrained:
-            return
-        bitmask = manager.grammar_bitmask(
-            [manager.grammars[r.request_id] for r, _, _ in constrained], [drafts for _, _, drafts in constrained]
-        )
-        rows = [start + j for _, start, drafts in constrained for j in range(len(drafts) + 1)]
-        logits[rows] = apply_bitmask(logits[rows], bitmask)
 
     def _propose(self, requests: list[Request]) -> None:
         """n-gram drafts for every request that sampled this step and is still running.
@@ -514,7 +365,6 @@ class LLMEngine:
         """The output for a finished request; a child's is its parent's (finished once all are)."""
         rid = request.request_id
         prompt = self._prompts.pop(rid, None)
-        self._generators.pop(rid, None)
         self.structured_output_manager.free(rid)
         token_ids = list(request.output_token_ids)
         parent = self._parent_of.pop(rid, None)
@@ -576,4 +426,7 @@ class LLMEngine:
 
     def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams) -> list[BeamSearchOutput]:
         """Beam search over this engine, one token per beam per step (see ``beam_search.py``)."""
+        if self.vllm_config.model_config is not None:
+            raise ValueError("beam search reads logprobs from the toy model's rows (the engine returns none); "
+                             "it runs with the toy model only")
         return run_beam_search(self, prompts, params)

@@ -2,35 +2,24 @@
 
 Mirrors ``vllm/v1/executor/`` (``abstract.py`` — ``Executor``; ``uniproc_executor.py`` —
 ``UniProcExecutor``; ``multiproc_executor.py`` — ``MultiprocExecutor`` and ``WorkerProc``) and
-the worker (``vllm/v1/worker/gpu_worker.py`` — ``Worker``). The chain is the one upstream uses::
-
-    engine ──execute_model(scheduler_output)──► Executor ──same call, every rank──► Worker × N
-                                                    ◄── rank 0's gathered logits ──┘
-
-What the model is. ``ToyModel``'s logits are three table lookups, and a lookup is a matmul with
-a one-hot hidden state: ``logits = onehot(token) @ token_table + onehot(pos) @ position_table +
-bias``. Those tables are this engine's output projection, shaped ``(hidden, vocab)``. A worker of
-a ``tensor_parallel_size=N`` group keeps only its slice of the vocabulary axis (vocabulary
-parallel, like upstream's ``ParallelLMHead``: the vocabulary is padded to a multiple of 64, then
-cut into N equal shards), computes its slice of every row, and the shards are all-gathered
-into full logits, as upstream's ``LogitsProcessor._gather_logits`` does. Every logit is computed
-by exactly one rank with the same additions in the same order, so TP=N equals TP=1 bit for bit.
-
-``LLMEngine`` builds one from its ``ParallelConfig`` (``make_executor``) and calls
-``execute_model(scheduler_output)`` every step. An executor also answers ``forward(last_tokens, positions)`` like ``ToyModel`` (and ``vocab_size``,
-``eos_token_id``); ``execute_model(scheduler_output)`` is the upstream-shaped entry point, and
-reads the last scheduled token of each request itself, as the model runner does.
+the worker (``vllm/v1/worker/gpu_worker.py`` — ``Worker``, which owns a ``GPUModelRunner``,
+``model_runner.py``). Each step the engine calls ``execute_model(scheduler_output)`` then
+``sample_tokens(grammar_output)``; the executor makes the same call on every rank and returns
+rank 0's answer. A worker builds its model with ``models.get_model`` (``ToyForCausalLM`` unless
+``VllmConfig.model_config`` names a checkpoint); at TP > 1 it keeps ``VocabParallelToyModel``, the
+toy's output projection split over the vocabulary (``ParallelLMHead`` +
+``LogitsProcessor._gather_logits``): one all-gather per forward, equal to TP=1 bit for bit.
+``forward(last_tokens, positions)`` answers ``ToyModel.forward``'s contract through the workers
+(beam search and Phase 01's lab use it; a checkpoint's model needs its KV and refuses).
 
 Failures never hang: the driver waits on every worker's pipe *and* process sentinel, so a dead
 worker becomes ``WorkerDiedError`` (naming the rank) and a silent one ``TimeoutError``; either
-way the whole group is stopped, since a TP group cannot run with a rank missing. The module
-also holds ``tp_mlp_rank``, one rank's share of the column → row MLP block (Phase 10 lab 01),
-which the tier-1 test runs beside vLLM's ``ColumnParallelLinear`` / ``RowParallelLinear``.
+way the whole group is stopped. ``tp_mlp_rank`` is one rank's share of the column → row MLP
+block (Phase 10 lab 01).
 
-Left out: the shared-memory broadcast queue (workers get the call over a pipe each), async
-scheduling and futures, pipeline parallelism, Ray, KV-cache initialisation and memory
-profiling, device placement (everything runs on CPU, gloo), and sampling on the workers (the
-engine samples from the gathered logits). torch is imported only inside worker processes.
+Left out: the shared-memory broadcast queue (a pipe per worker), async scheduling and futures,
+pipeline parallelism, Ray, memory profiling, devices (CPU and gloo only). torch is imported only
+inside worker processes.
 """
 
 from __future__ import annotations
@@ -43,23 +32,20 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from .config import ModelConfig, VllmConfig, create_engine_config
 from .model import POSITION_PERIOD, ToyModel
+from .model_runner import GPUModelRunner
+from .outputs import ModelRunnerOutput
 
 DEFAULT_VOCAB_PADDING_SIZE = 64  # upstream pads vocabularies to a multiple of 64 before sharding
 
 
 class WorkerDiedError(RuntimeError):
     """A worker process exited while the executor still needed it."""
-
-
-class ModelRunnerOutput(NamedTuple):
-    req_ids: list[str]  # the scheduled requests, in scheduling order
-    logits: np.ndarray  # float64 [len(req_ids), vocab]: next-token logits at each last scheduled position
-    num_collectives: int  # collectives the TP group issued for this step (0 at TP=1)
 
 
 def pad_vocab_size(vocab_size: int, pad_to: int = DEFAULT_VOCAB_PADDING_SIZE) -> int:
@@ -85,25 +71,63 @@ def vocab_shard(vocab_size: int, tp_size: int, rank: int) -> tuple[int, int, int
     return start, min(start + width, vocab_size), width
 
 
-def prepare_inputs(scheduler_output: Any) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """The model runner's job: each scheduled request's last scheduled token and its position."""
-    req_ids, tokens, positions = [], [], []
-    for request in scheduler_output.scheduled_requests:
-        n = scheduler_output.num_scheduled_tokens[request.request_id]
-        pos = request.num_computed_tokens + n - 1
-        req_ids.append(request.request_id)
-        tokens.append(request.all_token_ids[pos])
-        positions.append(pos)
-    return req_ids, np.array(tokens, dtype=np.int64), np.array(positions, dtype=np.int64)
-
-
 def _check_tp(tp_size: object) -> None:
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise ValueError(f"tensor_parallel_size must be an int >= 1, got {tp_size!r}")
 
 
+def toy_model_config(vocab_size: int = 257, seed: int = 0) -> ModelConfig:
+    """The default model: ``ToyForCausalLM`` (no checkpoint, no weights; ``seed`` picks the tables)."""
+    return ModelConfig(hf_config={"architectures": ["ToyForCausalLM"], "vocab_size": vocab_size, "seed": seed,
+                                  "eos_token_id": vocab_size - 1})
+
+
+class VocabParallelToyModel:
+    """``ToyForCausalLM`` with its output projection cut over the vocabulary (TP > 1).
+
+    The toy's logits are a matmul with a one-hot hidden state; the hidden state is kept as the
+    indices of its two hot entries, ``(token, position)``, so ``forward`` is free and
+    ``compute_logits`` is three table lookups on this rank's columns, then the all-gather.
+    """
+
+    is_attention_free = True
+
+    def __init__(self, rank: int, world_size: int, full: ToyModel,
+                 all_gather: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
+        if world_size > 1 and all_gather is None:
+            raise ValueError("a worker in a group of more than one needs an all_gather")
+        self.rank, self.world_size, self.vocab_size = rank, world_size, full.vocab_size
+        self.start, self.end, self.width = vocab_shard(full.vocab_size, world_size, rank)
+        pad = self.width - (self.end - self.start)
+        cols = slice(self.start, self.end)  # weights "loaded"; keep only this rank's columns
+        self.token_table = np.pad(full.token_table[:, cols], ((0, 0), (0, pad)))
+        self.position_table = np.pad(full.position_table[:, cols], ((0, 0), (0, pad)))
+        self.bias = np.pad(full.bias[cols], (0, pad))
+        self._all_gather = all_gather
+        self.num_collectives = 0  # issued by this rank since it started
+
+    def forward(self, input_ids: np.ndarray, positions: np.ndarray, kv_caches: Any = None,
+                attn_metadata: Any = None) -> np.ndarray:
+        """The hidden states ``[T, 2]``: each token with its position (no KV is read or written)."""
+        return np.stack([np.asarray(input_ids), np.asarray(positions)], axis=1).astype(np.int64)
+
+    def compute_logits(self, hidden_states: np.ndarray) -> np.ndarray:
+        """Shard logits, then all-gather: every rank gets the full ``[N, vocab]`` logits."""
+        tokens, pos = hidden_states[:, 0], hidden_states[:, 1] % POSITION_PERIOD
+        local = self.token_table[tokens] + self.position_table[pos] + self.bias
+        assert self._all_gather is not None
+        local = self._all_gather(local)  # [N, width * world]
+        self.num_collectives += 1
+        return local[:, : self.vocab_size]
+
+    def get_kv_cache_spec(self) -> Any:
+        from .attention import KVCacheSpec
+
+        return KVCacheSpec(num_layers=0, num_kv_heads=0, head_size=0)
+
+
 class Worker:
-    """One rank: its vocabulary shard of the output projection, and the gather that completes it."""
+    """One rank: its model (or its shard of it) and the ``GPUModelRunner`` that feeds it and samples."""
 
     def __init__(
         self,
@@ -112,36 +136,49 @@ class Worker:
         vocab_size: int = 257,
         seed: int = 0,
         all_gather: Callable[[np.ndarray], np.ndarray] | None = None,
+        vllm_config: VllmConfig | None = None,
     ) -> None:
         if world_size > 1 and all_gather is None:
             raise ValueError("a worker in a group of more than one needs an all_gather")
-        self.rank, self.world_size, self.vocab_size = rank, world_size, vocab_size
-        self.start, self.end, self.width = vocab_shard(vocab_size, world_size, rank)
-        full = ToyModel(vocab_size=vocab_size, seed=seed)  # weights "loaded"; keep only this rank's columns
-        if world_size == 1:  # nothing is split, so nothing needs padding: keep the tables as loaded
-            self.token_table, self.position_table, self.bias = full.token_table, full.position_table, full.bias
-        else:
-            pad = self.width - (self.end - self.start)
-            cols = slice(self.start, self.end)
-            self.token_table = np.pad(full.token_table[:, cols], ((0, 0), (0, pad)))
-            self.position_table = np.pad(full.position_table[:, cols], ((0, 0), (0, pad)))
-            self.bias = np.pad(full.bias[cols], (0, pad))
-        self._all_gather = all_gather
-        self.num_collectives = 0  # issued by this rank since it started
+        from .models import get_model
 
-    def forward_shard(self, last_tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """This rank's padded slice of the logits: ``[B, width]`` (``[B, vocab]`` for a single rank)."""
-        return self.token_table[last_tokens] + self.position_table[positions % POSITION_PERIOD] + self.bias
+        vllm_config = vllm_config or create_engine_config()
+        model_config = vllm_config.model_config or toy_model_config(vocab_size, seed)
+        self.rank, self.world_size, self.vocab_size = rank, world_size, model_config.vocab_size
+        model = get_model(model_config)  # registry by architecture, then the checkpoint's weights
+        if world_size > 1:
+            if model_config.architectures[0] != "ToyForCausalLM":
+                raise ValueError(f"{model_config.architectures[0]} cannot be sharded: mini_vllm shards only the toy model")
+            model = VocabParallelToyModel(rank, world_size, model.model, all_gather)
+        self.model = model
+        self.start, self.end, self.width = vocab_shard(self.vocab_size, world_size, rank)
+        self.model_runner = GPUModelRunner(vllm_config, model, model_config.eos_token_id)
+        self.model_runner.initialize_kv_cache()
 
-    def execute_model(self, last_tokens: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray | None, int]:
-        """Shard forward, then all-gather: every rank gets full logits; only rank 0's are returned."""
+    @property
+    def num_collectives(self) -> int:
+        return getattr(self.model, "num_collectives", 0)
+
+    def execute_model(self, scheduler_output: Any) -> None:
+        """Update the batch and run the forward (every rank: the gather needs them all)."""
+        return self.model_runner.execute_model(scheduler_output)
+
+    def sample_tokens(self, grammar_output: Any) -> ModelRunnerOutput | None:
+        """Every rank samples the same tokens from the same logits; only rank 0's are returned."""
+        output = self.model_runner.sample_tokens(grammar_output)
+        return output if self.rank == 0 else None
+
+    def logits_at(self, last_tokens: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray | None, int]:
+        """``ToyModel.forward``'s logits at (token, position) pairs; rank 0's, with the collectives issued.
+
+        Only a model that reads no KV cache can answer from a token and its position alone.
+        """
+        if not getattr(self.model, "is_attention_free", False):
+            raise ValueError(f"{type(self.model).__name__} needs its KV context: forward(last_tokens, positions) "
+                             "is the toy model's contract")
         before = self.num_collectives
-        local = self.forward_shard(np.asarray(last_tokens), np.asarray(positions))
-        if self.world_size > 1:
-            assert self._all_gather is not None
-            local = self._all_gather(local)  # [B, width * world]
-            self.num_collectives += 1
-        logits = local[:, : self.vocab_size]
+        hidden = self.model.forward(np.asarray(last_tokens), np.asarray(positions))
+        logits = self.model.compute_logits(hidden)
         return (logits if self.rank == 0 else None), self.num_collectives - before
 
     def describe(self) -> dict[str, int]:
@@ -189,15 +226,21 @@ class Executor(ABC):
         if tokens.size == 0:  # nothing scheduled: no worker call, no collective
             self.collectives_per_step.append(0)
             return np.zeros((0, self.vocab_size))
-        results = self.collective_rpc("execute_model", (tokens, pos))
+        results = self.collective_rpc("logits_at", (tokens, pos))
         logits, n = results[0]
         self.collectives_per_step.append(n)
         return logits
 
-    def execute_model(self, scheduler_output: Any) -> ModelRunnerOutput:
-        req_ids, tokens, positions = prepare_inputs(scheduler_output)
-        logits = self.forward(tokens, positions)
-        return ModelRunnerOutput(req_ids, logits, self.collectives_per_step[-1])
+    def execute_model(self, scheduler_output: Any) -> None:
+        """Every rank updates its batch and runs the forward; the logits stay on the workers."""
+        self.collective_rpc("execute_model", (scheduler_output,))
+
+    def sample_tokens(self, grammar_output: Any) -> ModelRunnerOutput:
+        """Every rank samples; rank 0's tokens come back (an empty output when nothing ran)."""
+        output = self.collective_rpc("sample_tokens", (grammar_output,))[0]
+        if output.req_ids:  # a forward ran this step
+            self.collectives_per_step.append(output.num_collectives)
+        return output
 
     def __enter__(self) -> Executor:
         return self
@@ -209,11 +252,13 @@ class Executor(ABC):
 class UniProcExecutor(Executor):
     """One worker, in this process: TP=1, no collectives."""
 
-    def __init__(self, vocab_size: int = 257, tensor_parallel_size: int = 1, seed: int = 0) -> None:
+    def __init__(self, vocab_size: int = 257, tensor_parallel_size: int = 1, seed: int = 0,
+                 vllm_config: VllmConfig | None = None) -> None:
         super().__init__(vocab_size, tensor_parallel_size)
         if tensor_parallel_size != 1:
             raise ValueError(f"UniProcExecutor runs one worker; use MultiprocExecutor for tp={tensor_parallel_size}")
-        self.worker = Worker(0, 1, vocab_size, seed)
+        self.worker = Worker(0, 1, vocab_size, seed, vllm_config=vllm_config)
+        self.driver_worker = self.worker
 
     def collective_rpc(self, method: str, args: Sequence[Any] = (), kwargs: dict | None = None) -> list[Any]:
         if self.is_shut_down:
@@ -231,7 +276,7 @@ def _call(worker: Worker, method: str, args: Sequence[Any], kwargs: dict | None)
 
 
 def _worker_main(conn: Any, rank: int, world: int, init_method: str, vocab_size: int, seed: int,
-                 timeout_s: float) -> None:
+                 timeout_s: float, vllm_config: VllmConfig | None = None) -> None:
     """A worker process: join the gloo group, then answer calls until told to stop."""
     from datetime import timedelta
 
@@ -248,7 +293,7 @@ def _worker_main(conn: Any, rank: int, world: int, init_method: str, vocab_size:
         dist.all_gather(parts, t)
         return torch.cat(parts, dim=-1).numpy()
 
-    worker = Worker(rank, world, vocab_size, seed, all_gather)
+    worker = Worker(rank, world, vocab_size, seed, all_gather, vllm_config)
     conn.send(("ok", None))
     code = 0
     try:
@@ -302,7 +347,7 @@ class MultiprocExecutor(Executor):
     """``tensor_parallel_size`` worker processes (forkserver or spawn), one gloo group, one pipe each."""
 
     def __init__(self, vocab_size: int = 257, tensor_parallel_size: int = 2, seed: int = 0,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, vllm_config: VllmConfig | None = None) -> None:
         super().__init__(vocab_size, tensor_parallel_size)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -314,7 +359,8 @@ class MultiprocExecutor(Executor):
         for rank in range(tensor_parallel_size):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_worker_main, name=f"mini_vllm_Worker_TP{rank}", daemon=True,
-                            args=(child, rank, tensor_parallel_size, init_method, vocab_size, seed, timeout_s))
+                            args=(child, rank, tensor_parallel_size, init_method, vocab_size, seed, timeout_s,
+                                  vllm_config))
             p.start()
             child.close()
             self._conns.append(parent)
@@ -398,17 +444,18 @@ class MultiprocExecutor(Executor):
 
 
 def make_executor(vocab_size: int = 257, tensor_parallel_size: int = 1, seed: int = 0,
-                  backend: str | None = None) -> Executor:
+                  backend: str | None = None, vllm_config: VllmConfig | None = None) -> Executor:
     """The executor class follows ``backend`` (``ParallelConfig.distributed_executor_backend``), as
-    upstream's ``Executor.get_class`` does; ``None`` picks ``"uni"`` at TP=1 and ``"mp"`` above it."""
+    upstream's ``Executor.get_class`` does; ``None`` picks ``"uni"`` at TP=1 and ``"mp"`` above it.
+    ``vllm_config`` sizes each worker's runner (its persistent batch and block table)."""
     _check_tp(tensor_parallel_size)
     if backend is None:
         backend = "uni" if tensor_parallel_size == 1 else "mp"
     if backend == "uni":
-        return UniProcExecutor(vocab_size, tensor_parallel_size, seed)
+        return UniProcExecutor(vocab_size, tensor_parallel_size, seed, vllm_config)
     if backend == "mp":
         vocab_shard(vocab_size, tensor_parallel_size, 0)  # refuse an uneven split before starting processes
-        return MultiprocExecutor(vocab_size, tensor_parallel_size, seed)
+        return MultiprocExecutor(vocab_size, tensor_parallel_size, seed, vllm_config=vllm_config)
     raise ValueError(f"unknown executor backend {backend!r}; expected 'uni' or 'mp'")
 
 

@@ -5,7 +5,9 @@ completion per sample (``n`` of them when ``SamplingParams.n > 1``, in index ord
 ``parallel_sampling.py``). For the common ``n = 1`` case ``token_ids``, ``text`` and
 ``finish_reason`` read the first completion, so code written before ``n`` existed keeps working.
 ``DraftTokenIds`` mirrors ``vllm/v1/outputs.py``: the drafts a proposer made after a step, handed
-to ``Scheduler.update_draft_token_ids``.
+to ``Scheduler.update_draft_token_ids``; ``ModelRunnerOutput`` (same file) is what the model
+runner's ``sample_tokens`` returns: the tokens of each request of the batch (an empty list for a
+mid-prefill chunk), plus, in mini only, the collectives the TP group issued for the step.
 
 Left out: per-token logprobs and the cumulative logprob in ``CompletionOutput``, prompt logprobs,
 metrics, LoRA, streaming deltas (mini returns a request's output when it finishes; a parent with
@@ -55,3 +57,14 @@ class RequestOutput:
 class DraftTokenIds:
     req_ids: list[str]
     draft_token_ids: list[list[int]]  # one list per request id, possibly empty
+
+
+@dataclass(frozen=True)
+class ModelRunnerOutput:
+    req_ids: list[str]  # the batch's requests, in batch order
+    req_id_to_index: dict[str, int]
+    sampled_token_ids: list[list[int]]  # per request: accepted drafts + one more; [] for a mid-prefill chunk
+    num_collectives: int = 0  # collectives the TP group issued for this step (0 at TP=1)
+
+
+EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[])

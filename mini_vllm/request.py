@@ -158,6 +158,7 @@ class Request:
         self.eos_token_id = eos_token_id
         self.arrival_time = arrival_time
         self.lora_request = lora_request
+        self.generator_seed: Any = sampling_params.seed  # seeds the runner's generator (the engine may override)
         self.status = RequestStatus.WAITING
         self.stop_reason: int | None = None  # the stop token that finished it, if any
 

@@ -3,38 +3,16 @@
 Mirrors ``vllm/v1/sample/sampler.py`` (``Sampler``), the ops under ``vllm/v1/sample/ops/``
 (``apply_bad_words``, ``apply_all_penalties``, ``apply_top_k_top_p``) and the built-in logits
 processors of ``vllm/v1/sample/logits_processor/builtin.py`` (min-tokens, logit bias, min-p), in
-numpy, one batch per engine step. The order is upstream's, stage by stage::
+numpy, one batch per engine step, stage by stage in upstream's order: raw logprobs, allowed ids,
+bad words, min-tokens, logit bias, custom processors, penalties, greedy argmax, temperature,
+min-p, argmax-invariant processors, top-k and top-p, one draw per row from the row's own
+generator. README.md ("How the sampler picks a token") spells out each stage and the draw.
 
-    raw logprobs   log_softmax of the logits as they came in (only if some row asks for logprobs)
-    allowed ids    every id outside a row's allowed_token_ids -> -inf
-    bad words      a banned sequence whose prefix ends the output so far: its last id -> -inf
-    min-tokens     below min_tokens outputs: the stop ids -> -inf          (built-in, changes argmax)
-    logit bias     logits[row, id] += bias                                  (built-in, changes argmax)
-    custom procs   non-argmax-invariant ones, in the order given
-    penalties      repetition (prompt or output), then frequency (output counts), then presence
-    greedy rows    argmax here, lowest id on ties; they touch no generator and stop here
-    temperature    x = logits / T                  # overflow (past 1.8e308) -> (logits - max) / T
-    min-p          prob < min_p * max prob -> -inf                          (built-in, argmax-invariant)
-    custom procs   argmax-invariant ones
-    top-k, top-p   see below, then one draw per row from that row's own generator
-
-Top-k and top-p, row by row (``V`` = vocab size)::
-
-    top-k  : kth = k-th largest x (partial selection); keep x >= kth       # ties at kth are kept
-    e      = exp(x - max x) on the survivors, 0 elsewhere  # the one exponential, shared below
-    top-p  : rank the survivors by e (stable: ties -> lowest id), keep the shortest prefix whose
-             cumulative probability reaches p (the crossing token included; an exact hit stops there)
-    draw   : cdf = cumsum(e_kept / sum e_kept) in id order, normalised; token = first id with cdf > u
-
-When top-k leaves exactly k tokens (the usual case) every step after the selection works on those
-k columns only; a normaliser is still summed over the whole row (zeros included), so each
-probability is bit-for-bit the one a full-row softmax gives. The draw: each row takes one uniform
-number ``u`` from its own generator and the first token whose cumulative probability exceeds
-``u`` (what ``Generator.choice(p=...)`` does). Upstream instead divides the probabilities by
-exponential noise and takes the argmax (the exponential race), to draw on the GPU without a sync;
-both draw from the same distribution, not the same tokens. A stage whose knob no row uses is
-skipped, so a batch that uses none of them gets bit-for-bit the tokens of the sampler before
-penalties existed.
+A stage whose knob no row uses is skipped, so a batch that uses none of them gets bit-for-bit the
+tokens of the sampler before penalties existed. Deliberate difference: each row draws one uniform
+number and takes the first token whose cumulative probability exceeds it (what
+``Generator.choice(p=...)`` does); upstream divides by exponential noise and takes the argmax (the
+exponential race, no GPU sync): the same distribution, not the same tokens.
 """
 
 from __future__ import annotations

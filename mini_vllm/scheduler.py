@@ -1,58 +1,23 @@
 """Continuous batching: each step decide who runs and with how many tokens.
 
 Mirrors ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, ``update_from_output``,
-``_preempt_request``, ``add_request``, ``finish_requests``) and ``vllm/v1/core/sched/output.py``
-(``SchedulerOutput``) for the FCFS policy. One rule drives everything: give each request
-tokens so ``num_computed_tokens`` catches up with ``num_tokens_with_spec`` (``num_tokens`` plus
-the drafts of speculative decoding, if any). A step::
+``_preempt_request``, ``add_request``, ``finish_requests``, ``update_draft_token_ids``) and
+``vllm/v1/core/sched/output.py`` (``SchedulerOutput``, ``GrammarOutput``) for the FCFS policy.
+One rule drives everything: give each request tokens so ``num_computed_tokens`` catches up with
+``num_tokens_with_spec``; RUNNING requests first (preempting the newest when blocks run out), then
+WAITING ones in order, never in a step that preempted. Built from a ``VllmConfig``; it owns its
+``KVCacheManager``. It also applies the encoder budget and doorstep rule of images (Phase 13),
+the ``max_loras`` admission rule (Phase 11), and schedules, rolls back and counts drafts
+(Phase 08). README.md ("How the scheduler decides") walks through a step.
 
-    budget = max_num_batched_tokens
-    RUNNING, in order:   n = min(behind, threshold, budget, max_model_len-1-computed)
-                         allocate_slots(n, lookahead); on None preempt running[-1] and retry
-                         drafts inside n -> scheduled_spec_decode_tokens (cut to fit n)
-    WAITING, FCFS:       only if nobody was preempted this step and len(running) < max_num_seqs;
-                         with LoRA on, a request whose adapter would make more than max_loras
-                         distinct adapters this step is skipped (the walk goes on; it keeps its
-                         place at the front for the next step);
-                         prefix hits first; the whole current sequence must fit; without chunked
-                         prefill a prompt that overflows the budget waits; a failure stops
-                         admission (head-of-line blocking is deliberate)
+Deliberate difference: ``num_computed_tokens`` advances in ``update_from_output``, not at the end
+of ``schedule()`` (no async scheduling), so between the two calls a request's counters describe
+the state before the step, which ``needs_sample`` and the model runner read.
 
-Built from a ``VllmConfig`` (``config.py``), which it never re-checks; it owns its
-``KVCacheManager``, as upstream's does. ``finish_requests`` is O(1) per id: it frees the
-request's blocks at once and marks it finished, and ``running``/``waiting`` drop finished
-requests in one sweep the next time they are read (upstream removes one id from a list per call).
-
-Images (Phase 13): each step has an encoder budget (``max_num_encoder_input_tokens``
-embeddings); a request's chunk goes through ``_try_schedule_encoder_inputs`` (the rule of
-``mini_vllm.multimodal.try_schedule_encoder_inputs``: whole-image encodes, encoder-cache hits for
-free, the chunk cut at the doorstep of an image that cannot run this step) before its KV is
-allocated, and ``_commit_encoder_inputs`` books the encodes once it is. ``SchedulerOutput``
-lists them (``scheduled_encoder_inputs``) with the hashes evicted from the encoder cache.
-
-Speculative decoding (upstream's hooks, same names): ``update_draft_token_ids`` stores each
-running request's drafts; ``schedule`` schedules them with the request and reports them in
-``scheduled_spec_decode_tokens``; ``update_from_output`` takes a *list* of tokens per request
-(the accepted drafts plus one bonus or correction token), rolls ``num_computed_tokens`` back by
-the rejected drafts (their KV is garbage; the blocks stay and are rewritten next step), checks
-stop conditions token by token (a stop mid-list drops the rest) and counts ``SpecDecodingStats``.
-A preempted request loses its drafts.
-
-Left out (see README): async scheduling and output placeholders, structured output,
-encoder-decoder models and remote encoder caches, KV connectors, PRIORITY policy, pipeline
-parallelism, pause states, stats beyond the prefix-cache and spec-decode counters, grammar checks
-of drafts.
-
-LoRA: upstream keeps skipped requests in a second queue (``skipped_waiting``) that it walks
-before ``waiting``; mini puts them back at the front of its one queue, which is the same walk
-order except after a preemption: mini's preempted request goes ahead of the skipped ones,
-upstream's behind them.
-
-Deliberate difference: upstream advances ``num_computed_tokens`` at the end of ``schedule()``
-(``_update_after_schedule``) so an async scheduler can plan the next step before this one
-returns. Mini has no async scheduling and advances it in ``update_from_output`` instead, so
-between the two calls a request's counters still describe the state *before* the step (which
-is what ``needs_sample`` reads). The decisions are the same.
+Left out: async scheduling and output placeholders, structured output (the engine holds the
+grammars), encoder-decoder models and remote encoder caches, KV connectors, the PRIORITY policy,
+pipeline parallelism, pause states, stats beyond the prefix-cache and spec-decode counters, the
+second ``skipped_waiting`` queue of LoRA (mini keeps skipped requests at the front of ``waiting``).
 """
 
 from __future__ import annotations
@@ -96,6 +61,15 @@ class SchedulerOutput:
     @property
     def total_num_scheduled_tokens(self) -> int:
         return sum(self.num_scheduled_tokens.values())
+
+
+@dataclass
+class GrammarOutput:
+    """The step's grammar masks for the runner: ``k + 1`` bitmask rows per constrained request
+    (``k`` = its drafts this step), in the order of ``structured_output_request_ids``."""
+
+    structured_output_request_ids: list[str]
+    grammar_bitmask: np.ndarray  # int32 [rows, ceil(vocab / 32)]
 
 
 class Scheduler:

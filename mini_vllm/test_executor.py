@@ -115,7 +115,7 @@ def test_bad_inputs_are_refused_before_reaching_the_workers():
 @pytest.mark.parametrize("tp", [2, 4, 5, 8])
 def test_simulated_vocab_parallel_equals_tp1_bit_for_bit(tp):
     workers = simulated_group(tp)
-    gathered = [w.execute_model(TOKENS, POSITIONS) for w in reversed(workers)]  # rank 0 gathers last
+    gathered = [w.logits_at(TOKENS, POSITIONS) for w in reversed(workers)]  # rank 0 gathers last
     logits, n = gathered[-1]
     assert all(out is None for out, _ in gathered[:-1]), "only rank 0 hands logits back to the executor"
     assert n == 1, "one all-gather per step"
@@ -123,16 +123,18 @@ def test_simulated_vocab_parallel_equals_tp1_bit_for_bit(tp):
     assert np.array_equal(logits, ToyModel().forward(TOKENS, POSITIONS)), f"TP={tp} must equal TP=1 bit for bit"
 
 
-def test_execute_model_reads_the_scheduler_output():
+def test_execute_model_then_sample_tokens_reads_the_scheduler_output():
     engine = LLMEngine()
     engine.add_request("hello tensor parallel", SamplingParams(max_tokens=2, temperature=0))
     engine.add_request([1, 2, 3], SamplingParams(max_tokens=2, temperature=0))
     out = engine.scheduler.schedule()
-    result = UniProcExecutor().execute_model(out)
+    ex = UniProcExecutor()
+    assert ex.execute_model(out) is None, "execute_model keeps the logits on the worker until sample_tokens"
+    result = ex.sample_tokens(None)
     assert result.req_ids == [r.request_id for r in out.scheduled_requests]
-    want = ToyModel().forward(np.array([ord("l"), 3]), np.array([20, 2]))
-    assert np.array_equal(result.logits, want), "logits come from each request's last scheduled token"
-    assert result.num_collectives == 0
+    want = ToyModel().forward(np.array([ord("l"), 3]), np.array([20, 2])).argmax(axis=1)
+    assert result.sampled_token_ids == [[int(t)] for t in want], "greedy tokens come from each last scheduled token"
+    assert result.num_collectives == 0 and ex.collectives_per_step == [0]
 
 
 def test_tp_mlp_rank_sums_to_the_dense_mlp():

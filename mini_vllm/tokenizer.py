@@ -4,13 +4,17 @@ Mirrors the role of the Hugging Face tokenizer that vLLM loads next to a model (
 ``vllm/tokenizers/`` upstream) and leaves out everything that makes real tokenizers hard:
 no merges, no special-token table, no chat template. Token ids ``0..255`` are the bytes
 themselves and ``256`` is EOS, so a prompt of ``n`` ASCII characters is exactly ``n`` tokens —
-the property every worked number in the course relies on.
+the property every worked number in the course relies on. ``HFTokenizer`` reads a checkpoint's
+``tokenizer.json`` (the ``tokenizers`` library) for ``LLMEngine(model=...)``.
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
+from pathlib import Path
+
+Prompt = str | Sequence[int]  # what the engine accepts as one prompt: text, or token ids
 
 
 class ByteTokenizer:
@@ -38,3 +42,28 @@ class ByteTokenizer:
             if tok != self.eos_token_id:
                 data.append(int(tok))
         return data.decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """A checkpoint's ``tokenizer.json`` through the ``tokenizers`` library (imported on first use).
+
+    ``encode`` adds no special tokens; ``decode`` skips them. ``vocab_size`` and ``eos_token_id``
+    are the model's (``ModelConfig``), as upstream takes EOS from the model's config.
+    """
+
+    def __init__(self, model_dir: str | Path, vocab_size: int, eos_token_id: int | None) -> None:
+        from tokenizers import Tokenizer
+
+        path = Path(model_dir) / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{str(model_dir)!r} has no tokenizer.json (mini_vllm reads only that file)")
+        self._tok = Tokenizer.from_file(str(path))
+        self.vocab_size, self.eos_token_id = vocab_size, eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects a str, got {type(text).__name__}")
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self._tok.decode([int(t) for t in token_ids], skip_special_tokens=True)

@@ -16,9 +16,12 @@ invariants:
   block tables stay append-only and a lookup still hits after one copy is evicted. A lookup
   returns the oldest copy still indexed.
 
+Extra hash keys, as ``generate_block_hash_extra_keys`` upstream: the adapter's name under LoRA,
+``(image identifier, offset)`` for each image a block overlaps, and the request's ``cache_salt``
+on its first block; KV computed under one adapter, image or tenant is never reused for another.
+
 Left out: KV cache groups (the hash key carries no group id), KV events, metrics,
-``evict_blocks``, ``hash_block_size`` ≠ ``block_size``, extra hash keys (LoRA, multimodal,
-cache salt).
+``evict_blocks``, ``hash_block_size`` ≠ ``block_size``, prompt-embedding keys.
 
 Hashes are real SHA-256 digests of (parent hash, token ids), chained from ``NONE_HASH``. Python's
 ``hash()`` is never used: ``hash(None)`` changes from process to process before Python 3.12,
@@ -48,9 +51,10 @@ def hash_block_tokens(
     """SHA-256 of the parent hash followed by the block's token ids as little-endian int64.
 
     Chaining through the parent makes the hash name the whole prefix, not just this block:
-    the same 16 tokens after a different history get a different hash. ``extra_keys`` (Phase 13:
-    ``(image identifier, offset - block start)`` for each image the block overlaps) are mixed in,
-    since every image's placeholders have the same token ids.
+    the same 16 tokens after a different history get a different hash. ``extra_keys``
+    (``generate_block_hash_extra_keys``: adapter name, images, cache salt) are mixed in for what
+    the token ids do not show: which adapter computed the KV, which picture sits behind
+    placeholders that all share one token id, whose salt walls the prefix off.
     """
     if parent_block_hash is None:
         parent_block_hash = NONE_HASH
@@ -73,13 +77,27 @@ class RequestBlockHasher:
         tokens = request.all_token_ids
         parent = request.block_hashes[-1] if request.block_hashes else None
         new_hashes: list[bytes] = []
-        features = getattr(request, "mm_features", ())
         while start + bs <= len(tokens):
-            extra = _mm_extra_keys(features, start, start + bs) if features else ()
+            extra = generate_block_hash_extra_keys(request, start, start + bs)
             parent = hash_block_tokens(parent, tokens[start : start + bs], extra)
             new_hashes.append(parent)
             start += bs
         return new_hashes
+
+
+def generate_block_hash_extra_keys(request: Request, start_token_idx: int, end_token_idx: int) -> tuple:
+    """The extra keys of block ``[start_token_idx, end_token_idx)``, in upstream's order: the
+    adapter's name (every block of a LoRA request), the images the block overlaps, the cache
+    salt (first block only: the chain carries it on). ``()`` when there are none."""
+    lora = getattr(request, "lora_request", None)
+    keys: tuple = (lora.lora_name,) if lora is not None else ()
+    features = getattr(request, "mm_features", ())
+    if features:
+        keys += _mm_extra_keys(features, start_token_idx, end_token_idx)
+    salt = getattr(request, "cache_salt", None)
+    if start_token_idx == 0 and salt:
+        keys += (salt,)
+    return keys
 
 
 def _mm_extra_keys(features, start: int, end: int) -> tuple:

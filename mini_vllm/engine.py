@@ -34,7 +34,7 @@ from .grammar import GrammarCompiler, StructuredOutputManager, byte_vocab
 from .lora import LoRARequest
 from .outputs import CompletionOutput, ModelRunnerOutput, RequestOutput
 from .parallel_sampling import ParentRequest
-from .request import Request, RequestStatus
+from .request import Request, RequestStatus, check_cache_salt
 from .sampler import Sampler
 from .sampling_params import BeamSearchParams, SamplingParams
 from .scheduler import GrammarOutput, Scheduler, SchedulerOutput
@@ -193,6 +193,7 @@ class LLMEngine:
         sampling_params: SamplingParams | None = None,
         request_id: str | None = None,
         lora_request: LoRARequest | None = None,
+        cache_salt: str | None = None,
     ) -> str:
         """Tokenize and queue a prompt (``str`` or token ids); returns its request id.
 
@@ -204,6 +205,7 @@ class LLMEngine:
         children from ``default_rng([engine seed + index, child index])``. A ``lora_request``
         needs an engine built with ``enable_lora=True``; the scheduler then admits at most
         ``max_loras`` distinct adapters per step (the toy model itself applies no weights).
+        ``cache_salt`` (upstream: the prompt's ``cache_salt``) keys the first block's hash.
         """
         self._check_alive()
         token_ids = self._tokenize(prompt)
@@ -212,6 +214,7 @@ class LLMEngine:
             raise TypeError(f"lora_request must be a LoRARequest or None, got {type(lora_request).__name__}")
         if lora_request is not None and self.vllm_config.lora_config is None:
             raise ValueError(f"Got lora_request {lora_request} but LoRA is not enabled (enable_lora=True)")
+        check_cache_salt(cache_salt)
         n = params.n
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
             raise ValueError(f"request_id must be a non-empty str, got {request_id!r}")
@@ -227,14 +230,14 @@ class LLMEngine:
         text = prompt if isinstance(prompt, str) else None
         if n == 1:
             seed = params.seed if params.seed is not None else self.seed + index
-            self._queue(request_id, token_ids, params, index, text, seed, lora_request)
+            self._queue(request_id, token_ids, params, index, text, seed, lora_request, cache_salt)
             return request_id
         parent = ParentRequest(request_id, params)
         self._parent_requests[request_id] = parent
         for i in range(n):
             child_id, child_params = parent.get_child_info(i)
             seed = child_params.seed if child_params.seed is not None else [self.seed + index, i]
-            self._queue(child_id, token_ids, child_params, index, text, seed, lora_request)
+            self._queue(child_id, token_ids, child_params, index, text, seed, lora_request, cache_salt)
             self._parent_of[child_id] = parent
         return request_id
 
@@ -247,6 +250,7 @@ class LLMEngine:
         text: str | None,
         seed: Any,
         lora_request: LoRARequest | None,
+        cache_salt: str | None = None,
     ) -> None:
         request = Request(
             request_id,
@@ -256,6 +260,7 @@ class LLMEngine:
             block_hasher=self.scheduler.kv_cache_manager.block_hasher,
             arrival_time=float(index),
             lora_request=lora_request,
+            cache_salt=cache_salt,
         )
         if params.structured_outputs is not None:
             self.structured_output_manager.grammar_init(request_id, params.structured_outputs)

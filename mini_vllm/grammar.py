@@ -36,10 +36,13 @@ Regex subset: literals, ``\\``-escapes (``\\d`` ``\\w`` ``\\s`` or an escaped ch
 ``[a-z_]`` and ``[^...]``, groups ``( )``, alternation ``|``, and the postfix operators ``*``
 ``+`` ``?``. The pattern must match the whole output (``re.fullmatch`` semantics).
 
-Tokens are strings of characters: a token is allowed in a state iff feeding its characters one
-at a time keeps the machine alive (multi-character tokens advance through every character). A
-vocabulary entry of ``None`` is a special token that no character sequence produces; the EOS
-token is allowed exactly when the machine is in an accepting state.
+Machines read UTF-8 bytes, as xgrammar's do: a pattern's characters and classes are compiled to
+byte-level paths (``utf8_sequences``), so ``café`` allows byte 195 (``0xC3``) after ``caf`` and a
+negated class or a JSON string accepts any well-formed multi-byte sequence (surrogates included,
+as xgrammar). A token is its bytes (``str`` entries are UTF-8 encoded, ``bytes`` entries are taken
+as they are: a byte tokenizer's ids may stop mid-character); it is allowed iff feeding its bytes
+one at a time keeps the machine alive. A vocabulary entry of ``None`` is a special token that no
+byte sequence produces; the EOS token is allowed exactly when the machine is in an accepting state.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ __all__ = [
     "byte_vocab",
     "pack_mask",
     "unpack_bitmask",
+    "utf8_sequences",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -134,7 +138,7 @@ def apply_bitmask(logits: np.ndarray, bitmask: np.ndarray) -> np.ndarray:
 class Vocab:
     """Token strings by id; ``None`` marks a special token. ``eos_token_id`` must be special."""
 
-    tokens: tuple[str | None, ...]
+    tokens: tuple[str | bytes | None, ...]
     eos_token_id: int
 
     def __post_init__(self) -> None:
@@ -142,8 +146,12 @@ class Vocab:
             raise ValueError(f"eos_token_id {self.eos_token_id} outside vocab of {len(self.tokens)}")
         if self.tokens[self.eos_token_id] is not None:
             raise ValueError("the EOS entry must be None (a special token with no characters)")
-        if any(t == "" for t in self.tokens):
+        if any(t == "" or t == b"" for t in self.tokens):
             raise ValueError("a token with no characters would never advance the grammar")
+        # What the machines read: each token's UTF-8 bytes.
+        object.__setattr__(
+            self, "token_bytes", tuple(t.encode("utf-8") if isinstance(t, str) else t for t in self.tokens)
+        )
 
     @property
     def size(self) -> int:
@@ -151,41 +159,119 @@ class Vocab:
 
 
 def byte_vocab() -> Vocab:
-    """``ByteTokenizer``'s 257 ids: 0..255 are one character each (chars = bytes), 256 is EOS."""
-    return Vocab(tuple(chr(b) for b in range(256)) + (None,), eos_token_id=256)
+    """``ByteTokenizer``'s 257 ids: 0..255 are one UTF-8 byte each, 256 is EOS."""
+    return Vocab(tuple(bytes([b]) for b in range(256)) + (None,), eos_token_id=256)
 
 
 # ---------------------------------------------------------------------------------------------
-# Character machines. A machine is: start() -> state, step(state, ch) -> state | None (dead),
-# is_accepting(state). States are hashable, so per-state masks can be cached.
+# Byte machines. A machine is: start() -> state, step(state, byte) -> state | None (dead),
+# is_accepting(state). States are hashable, so per-state masks can be cached. ``step`` also takes
+# a one-character ASCII ``str`` (its byte); ``fullmatch`` takes text and walks its UTF-8 bytes.
 # ---------------------------------------------------------------------------------------------
 
 _DIGITS = frozenset("0123456789")
-_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-_SPACE = frozenset(" \t\n\r\f\v")
+_MAX_CODE_POINT = 0x10FFFF
+Ranges = tuple[tuple[int, int], ...]  # inclusive code-point ranges, sorted and disjoint
+_DIGIT_RANGES: Ranges = ((0x30, 0x39),)
+_WORD_RANGES: Ranges = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
+# ``\s`` as xgrammar reads it (ECMAScript's white space and line terminators).
+_SPACE_RANGES: Ranges = ((0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+                         (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF))
+
+
+def _byte(b: int | str) -> int:
+    if isinstance(b, str):
+        if len(b) != 1 or ord(b) > 0x7F:
+            raise ValueError(f"a machine steps one byte at a time; feed {b!r} as its UTF-8 bytes")
+        return ord(b)
+    return b
+
+
+def _utf8_encode(cp: int) -> bytes:
+    """UTF-8 of one code point, surrogates included (``str.encode`` refuses those)."""
+    if cp < 0x80:
+        return bytes([cp])
+    if cp < 0x800:
+        return bytes([0xC0 | cp >> 6, 0x80 | cp & 0x3F])
+    if cp < 0x10000:
+        return bytes([0xE0 | cp >> 12, 0x80 | cp >> 6 & 0x3F, 0x80 | cp & 0x3F])
+    return bytes([0xF0 | cp >> 18, 0x80 | cp >> 12 & 0x3F, 0x80 | cp >> 6 & 0x3F, 0x80 | cp & 0x3F])
+
+
+def utf8_sequences(lo: int, hi: int) -> list[tuple[tuple[int, int], ...]]:
+    """Byte-range sequences whose byte strings are exactly the UTF-8 encodings of ``lo..hi``.
+
+    ``[é-ǿ]`` (U+00E9..U+01FF) becomes ``[C3][A9-BF]`` and ``[C4-C7][80-BF]``: the range is split
+    where the encoded length changes and wherever a continuation byte would not run over its full
+    ``80-BF`` span, so each piece is one byte range per position.
+    """
+    out: list[tuple[tuple[int, int], ...]] = []
+    stack = [(lo, hi)]
+    while stack:
+        lo, hi = stack.pop()
+        pieces = next(([(lo, b), (b + 1, hi)] for b in (0x7F, 0x7FF, 0xFFFF) if lo <= b < hi), None)
+        for i in (1, 2, 3):
+            if pieces is not None or hi <= 0x7F:
+                break
+            m = (1 << 6 * i) - 1
+            if lo & ~m != hi & ~m:
+                if lo & m:
+                    pieces = [(lo, lo | m), ((lo | m) + 1, hi)]
+                elif hi & m != m:
+                    pieces = [(lo, (hi & ~m) - 1), (hi & ~m, hi)]
+        if pieces is not None:
+            stack.extend(reversed(pieces))
+        else:
+            out.append(tuple(zip(_utf8_encode(lo), _utf8_encode(hi))))
+    return out
+
+
+def _merge(code_points: Sequence[tuple[int, int]]) -> Ranges:
+    out: list[list[int]] = []
+    for lo, hi in sorted(code_points):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in out)
 
 
 @dataclass(frozen=True)
 class _CharSet:
-    chars: frozenset[str]
+    ranges: Ranges
     negated: bool = False
 
-    def __contains__(self, ch: str) -> bool:
-        return (ch in self.chars) != self.negated
+    def code_point_ranges(self) -> Ranges:
+        """The set as positive code-point ranges (a negated class: the complement up to U+10FFFF)."""
+        if not self.negated:
+            return self.ranges
+        out, nxt = [], 0
+        for lo, hi in self.ranges:
+            if lo > nxt:
+                out.append((nxt, lo - 1))
+            nxt = hi + 1
+        if nxt <= _MAX_CODE_POINT:
+            out.append((nxt, _MAX_CODE_POINT))
+        return tuple(out)
+
+
+def _one(ch: str) -> _CharSet:
+    return _CharSet(((ord(ch), ord(ch)),))
 
 
 class RegexFSM:
-    """A regex compiled to an NFA (Thompson construction) and walked as a lazily built DFA.
+    """A regex compiled to a UTF-8 byte NFA (Thompson construction) and walked as a lazily built DFA.
 
-    DFA state ids are ints; ``transitions[(state, ch)]`` fills in as characters are seen, so the
-    table covers exactly the characters the vocabulary uses. State 0 is the start state.
+    Each character or class becomes byte-range paths (``utf8_sequences``). DFA state ids are ints;
+    ``transitions[(state, byte)]`` fills in as bytes are seen, so the table covers exactly the
+    bytes the vocabulary uses. State 0 is the start state.
     """
 
     def __init__(self, pattern: str) -> None:
         if not isinstance(pattern, str):
             raise TypeError(f"pattern must be a str, got {type(pattern).__name__}")
         self.pattern = pattern
-        self._edges: list[list[tuple[_CharSet | None, int]]] = []  # None = epsilon
+        self._edges: list[list[tuple[tuple[int, int] | None, int]]] = []  # a byte range, None = epsilon
         self._pos = 0
         start, end = self._parse_alt()
         if self._pos != len(pattern):
@@ -193,7 +279,7 @@ class RegexFSM:
         self._final = end
         self._sets: list[frozenset[int]] = []
         self._ids: dict[frozenset[int], int] = {}
-        self.transitions: dict[tuple[int, str], int | None] = {}
+        self.transitions: dict[tuple[int, int], int | None] = {}
         self._intern(self._closure({start}))
 
     # -- parsing: alt := seq ('|' seq)* ; seq := repeat* ; repeat := atom [*+?] --------------
@@ -262,9 +348,15 @@ class RegexFSM:
             cs = self._parse_escape()
         else:
             self._pos += 1
-            cs = _CharSet(frozenset(ch))
+            cs = _one(ch)
         s, e = self._new(), self._new()
-        self._edges[s].append((cs, e))
+        for lo, hi in cs.code_point_ranges():
+            for seq in utf8_sequences(lo, hi):  # one path of byte ranges per piece
+                at = s
+                for k, byte_range in enumerate(seq):
+                    nxt = e if k == len(seq) - 1 else self._new()
+                    self._edges[at].append((byte_range, nxt))
+                    at = nxt
         return s, e
 
     def _parse_escape(self) -> _CharSet:
@@ -273,8 +365,8 @@ class RegexFSM:
         if ch is None:
             raise ValueError(f"dangling '\\' at the end of {self.pattern!r}")
         self._pos += 1
-        return {"d": _CharSet(_DIGITS), "w": _CharSet(_WORD), "s": _CharSet(_SPACE)}.get(
-            ch, _CharSet(frozenset(ch))
+        return {"d": _CharSet(_DIGIT_RANGES), "w": _CharSet(_WORD_RANGES), "s": _CharSet(_SPACE_RANGES)}.get(
+            ch, _one(ch)
         )
 
     def _parse_class(self) -> _CharSet:
@@ -283,7 +375,7 @@ class RegexFSM:
         negated = self._peek() == "^"
         if negated:
             self._pos += 1
-        chars: set[str] = set()
+        chars: list[tuple[int, int]] = []
         first = True
         while True:
             ch = self._peek()
@@ -294,7 +386,7 @@ class RegexFSM:
                 break
             first = False
             if ch == "\\":
-                chars |= self._parse_escape().chars
+                chars.extend(self._parse_escape().ranges)
                 continue
             self._pos += 1
             nxt = self.pattern[self._pos : self._pos + 2]
@@ -302,11 +394,11 @@ class RegexFSM:
                 lo, hi = ord(ch), ord(nxt[1])
                 if lo > hi:
                     raise ValueError(f"bad range {ch}-{nxt[1]} in {self.pattern!r}")
-                chars |= {chr(c) for c in range(lo, hi + 1)}
+                chars.append((lo, hi))
                 self._pos += 2
             else:
-                chars.add(ch)
-        return _CharSet(frozenset(chars), negated)
+                chars.append((ord(ch), ord(ch)))
+        return _CharSet(_merge(chars), negated)
 
     # -- the lazy DFA ---------------------------------------------------------------------------
     def _closure(self, states: set[int]) -> frozenset[int]:
@@ -332,21 +424,22 @@ class RegexFSM:
     def start(self) -> int:
         return 0
 
-    def step(self, state: int, ch: str) -> int | None:
-        key = (state, ch)
+    def step(self, state: int, byte: int | str) -> int | None:
+        key = (state, _byte(byte))
         if key not in self.transitions:
-            moved = {t for s in self._sets[state] for cs, t in self._edges[s] if cs is not None and ch in cs}
+            b = key[1]
+            moved = {t for s in self._sets[state] for r, t in self._edges[s] if r is not None and r[0] <= b <= r[1]}
             self.transitions[key] = self._intern(self._closure(moved)) if moved else None
         return self.transitions[key]
 
     def is_accepting(self, state: int) -> bool:
         return self._final in self._sets[state]
 
-    def fullmatch(self, text: str) -> bool:
-        """True iff ``text`` is in the language (the test oracle is ``re.fullmatch``)."""
+    def fullmatch(self, text: str | bytes) -> bool:
+        """True iff ``text`` (its UTF-8 bytes) is in the language (the test oracle is ``re.fullmatch``)."""
         state: int | None = self.start()
-        for ch in text:
-            state = self.step(state, ch)
+        for b in text.encode("utf-8") if isinstance(text, str) else text:
+            state = self.step(state, b)
             if state is None:
                 return False
         return self.is_accepting(state)
@@ -362,6 +455,7 @@ def choice_pattern(choices: Sequence[str]) -> str:
 # JSON modes. A state is (mode, stack, extra): stack is a tuple of '{' / '[' (the pushdown part).
 _VALUE, _ARR_FIRST, _OBJ_FIRST, _KEY_START, _COLON, _AFTER, _DONE = range(7)
 _STR, _STR_ESC, _STR_HEX = 7, 8, 9  # extra = (is_key, hex digits left)
+_STR_UTF8 = 19  # inside a multi-byte character; extra = (is_key, the byte-range tails still possible)
 _N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP = range(10, 18)
 _LIT = 18  # extra = the characters of true/false/null still to come
 _NUM_END = {_N_ZERO, _N_INT, _N_FRAC, _N_EXP}
@@ -369,6 +463,12 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 _ESCAPES = frozenset('"\\/bfnrtu')
 
 JsonState = tuple[int, tuple[str, ...], Hashable]
+
+# Lead byte -> the byte-range tails that may follow it in a string (any code point >= U+0080).
+_UTF8_TAILS: dict[int, tuple[tuple[tuple[int, int], ...], ...]] = {}
+for _seq in utf8_sequences(0x80, _MAX_CODE_POINT):
+    for _lead in range(_seq[0][0], _seq[0][1] + 1):
+        _UTF8_TAILS[_lead] = tuple(sorted({*_UTF8_TAILS.get(_lead, ()), _seq[1:]}))
 
 
 class JsonMachine:
@@ -422,8 +522,12 @@ class JsonMachine:
                 return (_LIT, stack, word[1:])
         return None
 
-    def step(self, state: JsonState, ch: str) -> JsonState | None:  # noqa: C901 - one table
+    def step(self, state: JsonState, byte: int | str) -> JsonState | None:  # noqa: C901 - one table
         mode, stack, extra = state
+        b = _byte(byte)
+        if b > 0x7F or mode == _STR_UTF8:  # a multi-byte character: legal only inside a string
+            return self._step_utf8(state, b)
+        ch = chr(b)
         if mode == _VALUE:
             return self._start_value(ch, stack)
         if mode == _ARR_FIRST:
@@ -482,10 +586,23 @@ class JsonMachine:
             return self.step((_AFTER, stack, None), ch)
         return None
 
-    def fullmatch(self, text: str) -> bool:
+    @staticmethod
+    def _step_utf8(state: JsonState, b: int) -> JsonState | None:
+        mode, stack, extra = state
+        if mode == _STR:
+            tails = _UTF8_TAILS.get(b)
+            return None if tails is None else (_STR_UTF8, stack, (extra[0], tails))
+        if mode != _STR_UTF8:
+            return None
+        tails = tuple(t[1:] for t in extra[1] if t[0][0] <= b <= t[0][1])
+        if not tails:
+            return None
+        return (_STR, stack, (extra[0], 0)) if not tails[0] else (_STR_UTF8, stack, (extra[0], tails))
+
+    def fullmatch(self, text: str | bytes) -> bool:
         state: JsonState | None = self.start()
-        for ch in text:
-            state = self.step(state, ch)
+        for b in text.encode("utf-8") if isinstance(text, str) else text:
+            state = self.step(state, b)
             if state is None:
                 return False
         return self.is_accepting(state)
@@ -511,10 +628,10 @@ class CompiledGrammar:
         self._masks: dict[Hashable, np.ndarray] = {}
         self.mask_computations = 0
 
-    def walk(self, state: Hashable, text: str) -> Hashable | None:
-        """Feed ``text`` one character at a time; ``None`` as soon as the machine dies."""
-        for ch in text:
-            state = self.machine.step(state, ch)
+    def walk(self, state: Hashable, data: bytes) -> Hashable | None:
+        """Feed ``data`` one byte at a time; ``None`` as soon as the machine dies."""
+        for b in data:
+            state = self.machine.step(state, b)
             if state is None:
                 return None
         return state
@@ -525,9 +642,9 @@ class CompiledGrammar:
         if cached is None:
             self.mask_computations += 1
             cached = np.zeros(self.vocab.size, dtype=bool)
-            for tid, text in enumerate(self.vocab.tokens):
-                if text is not None:
-                    cached[tid] = self.walk(state, text) is not None
+            for tid, data in enumerate(self.vocab.token_bytes):
+                if data is not None:
+                    cached[tid] = self.walk(state, data) is not None
             cached[self.vocab.eos_token_id] = self.machine.is_accepting(state)
             cached.flags.writeable = False
             self._masks[state] = cached
@@ -568,10 +685,10 @@ class Grammar:
             return None
         if token == self.compiled.vocab.eos_token_id:
             return (state, True) if self.compiled.machine.is_accepting(state) else None
-        text = self.compiled.vocab.tokens[token]
-        if text is None:
+        data = self.compiled.vocab.token_bytes[token]
+        if data is None:
             return None
-        nxt = self.compiled.walk(state, text)
+        nxt = self.compiled.walk(state, data)
         return None if nxt is None else (nxt, False)
 
     def validate_tokens(self, tokens: Sequence[int]) -> list[int]:

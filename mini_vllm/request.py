@@ -14,7 +14,9 @@ Images (Phase 13): ``mm_features``, one ``MultiModalFeature`` per image in promp
 identifier and placeholder range); ``has_encoder_inputs`` says whether there are any.
 
 ``lora_request`` names the request's adapter (``mini_vllm.lora.LoRARequest``, None for the base
-model); the scheduler reads it for the ``max_loras`` rule.
+model); the scheduler reads it for the ``max_loras`` rule. It, the images and ``cache_salt`` (a
+non-empty string or None: requests with different salts never share a cached prefix) are the
+extra keys of the block hashes (``mini_vllm.block_pool.generate_block_hash_extra_keys``).
 
 Speculative decoding adds a third number: ``spec_token_ids``, the drafts proposed after the
 last step, and ``num_tokens_with_spec = num_tokens + len(spec_token_ids)``, the target the
@@ -132,7 +134,9 @@ class Request:
         arrival_time: float = 0.0,
         mm_features: Sequence[MultiModalFeature] = (),
         lora_request: LoRARequest | None = None,
+        cache_salt: str | None = None,
     ) -> None:
+        check_cache_salt(cache_salt)
         if lora_request is not None and not isinstance(lora_request, LoRARequest):
             raise TypeError(f"lora_request must be a LoRARequest or None, got {type(lora_request).__name__}")
         if not isinstance(request_id, str) or not request_id:
@@ -159,6 +163,7 @@ class Request:
         self.arrival_time = arrival_time
         self.lora_request = lora_request
         self.generator_seed: Any = sampling_params.seed  # seeds the runner's generator (the engine may override)
+        self.cache_salt = cache_salt
         self.status = RequestStatus.WAITING
         self.stop_reason: int | None = None  # the stop token that finished it, if any
 
@@ -274,6 +279,12 @@ class Request:
             f"Request({self.request_id!r}, status={self.status.name}, "
             f"num_computed_tokens={self.num_computed_tokens}, num_tokens={self.num_tokens})"
         )
+
+
+def check_cache_salt(cache_salt: object) -> None:
+    """None, or a non-empty str (the OpenAI server's rule and message; ``LLM`` ignores an empty salt)."""
+    if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+        raise ValueError(f"Parameter 'cache_salt' must be a non-empty string if provided, got {cache_salt!r}")
 
 
 def _check_mm_features(features: Sequence[MultiModalFeature], num_prompt_tokens: int) -> tuple[MultiModalFeature, ...]:

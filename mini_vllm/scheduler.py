@@ -16,8 +16,9 @@ the state before the step, which ``needs_sample`` and the model runner read.
 
 Left out: async scheduling and output placeholders, structured output (the engine holds the
 grammars), encoder-decoder models and remote encoder caches, KV connectors, the PRIORITY policy,
-pipeline parallelism, pause states, stats beyond the prefix-cache and spec-decode counters, the
-second ``skipped_waiting`` queue of LoRA (mini keeps skipped requests at the front of ``waiting``).
+pipeline parallelism, pause states, stats beyond the prefix-cache and spec-decode counters. Requests
+skipped for ``max_loras`` wait in a second queue, ``skipped_waiting``, walked before ``waiting``
+(upstream also parks grammar-compile, remote-KV and streaming waits there; mini has none).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class Scheduler:
 
         self.requests: dict[str, Request] = {}  # every unfinished request, by id
         self._waiting: deque[Request] = deque()
+        self._skipped_waiting: deque[Request] = deque()  # skipped for max_loras; walked first
         self._running: list[Request] = []
         # Finished requests still sitting in a queue; dropped in one pass on the next read, so
         # an abort costs O(1) and a step pays at most one O(len(queue)) sweep.
@@ -117,10 +119,20 @@ class Scheduler:
     @property
     def waiting(self) -> deque[Request]:
         """WAITING and PREEMPTED requests, next to admit first (finished ones swept out)."""
+        self._sweep_waiting()
+        return self._waiting
+
+    @property
+    def skipped_waiting(self) -> deque[Request]:
+        """Requests skipped for ``max_loras``, walked before ``waiting`` (finished ones swept out)."""
+        self._sweep_waiting()
+        return self._skipped_waiting
+
+    def _sweep_waiting(self) -> None:
         if self._num_finished_in_waiting:
             self._waiting = deque(r for r in self._waiting if r.status <= RequestStatus.PREEMPTED)
+            self._skipped_waiting = deque(r for r in self._skipped_waiting if r.status <= RequestStatus.PREEMPTED)
             self._num_finished_in_waiting = 0
-        return self._waiting
 
     # -- intake ----------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -185,8 +197,8 @@ class Scheduler:
         return len(self.requests)
 
     def get_request_counts(self) -> tuple[int, int]:
-        """``(num_running, num_waiting)``."""
-        return len(self.running), len(self.waiting)
+        """``(num_running, num_waiting)``; waiting counts both queues."""
+        return len(self.running), len(self.waiting) + len(self.skipped_waiting)
 
     # -- the step --------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -197,6 +209,7 @@ class Scheduler:
         kv = self.kv_cache_manager
         running = self.running  # sweeps out requests finished since the last step
         waiting = self.waiting
+        skipped_waiting = self.skipped_waiting
         token_budget = self.max_num_scheduled_tokens
         num_scheduled_tokens: dict[str, int] = {}
         new_block_ids: dict[str, list[int]] = {}
@@ -251,13 +264,14 @@ class Scheduler:
         # Then the WAITING requests, but never in a step that had to preempt.
         if not preempted:
             chunked = self.scheduler_config.enable_chunked_prefill
-            loras, skipped = self._running_loras(running_reqs), deque()
-            while waiting and token_budget > 0:
+            loras, step_skipped = self._running_loras(running_reqs), []
+            while (skipped_waiting or waiting) and token_budget > 0:
                 if len(running) == self.max_num_running_reqs:
                     break
-                request = waiting[0]  # new or preempted: num_computed_tokens is 0 either way
+                queue = skipped_waiting or waiting  # upstream's FCFS walk: the skipped queue first
+                request = queue[0]  # new or preempted: num_computed_tokens is 0 either way
                 if not self._lora_fits(request, loras):
-                    skipped.append(waiting.popleft())  # over max_loras: skip this step, keep walking
+                    step_skipped.append(queue.popleft())  # over max_loras: skip this step, keep walking
                     continue
                 computed_blocks, num_computed = kv.get_computed_blocks(request)  # prefix-cache head start
                 # >= 1 because prefix hits stop at num_tokens - 1
@@ -276,7 +290,7 @@ class Scheduler:
                 if new_blocks is None:
                     self.encoder_cache_manager.free(request.request_id)  # drop the hits the rule recorded
                     break  # head-of-line: nobody behind it jumps the queue
-                waiting.popleft()
+                queue.popleft()
                 running.append(request)
                 (new_reqs if request.status == RequestStatus.WAITING else resumed_reqs).append(request)
                 self._commit_encoder_inputs(request, encoder_plan)
@@ -286,7 +300,7 @@ class Scheduler:
                 token_budget -= num_new_tokens
                 request.status = RequestStatus.RUNNING
                 request.num_computed_tokens = num_computed
-            waiting.extendleft(reversed(skipped))  # skipped requests keep their places at the front
+            skipped_waiting.extendleft(reversed(step_skipped))  # this step's skips go ahead of older ones
 
         assert token_budget >= 0 and len(running) <= self.max_num_running_reqs
         output = SchedulerOutput(

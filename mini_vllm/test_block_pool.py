@@ -171,3 +171,45 @@ def test_reset_prefix_cache_only_when_idle():
     assert not pool.reset_prefix_cache()
     pool.free_blocks(blocks)
     assert pool.reset_prefix_cache() and pool.get_cached_block(b"a") is None
+
+
+def test_adapter_images_and_salt_key_every_block_as_upstream():
+    """A 3-block prompt under adapters, the base model and a salt: blocks are shared only where the
+    adapter, the images and the salt all agree; the salt keys the first block only (the chain
+    carries it), the adapter every block, an image the blocks it overlaps (upstream's order)."""
+    from mini_vllm.block_pool import generate_block_hash_extra_keys, get_request_block_hasher
+    from mini_vllm.lora import LoRARequest
+    from mini_vllm.multimodal import MultiModalFeature, PlaceholderRange
+    from mini_vllm.request import Request
+
+    hasher = get_request_block_hasher(4)
+    prompt = list(range(40, 52))
+    img = (MultiModalFeature("img", PlaceholderRange(6, 3)),)
+
+    def hashes(lora=None, salt=None, mm=()):
+        return Request("r", prompt, block_hasher=hasher, lora_request=lora, cache_salt=salt, mm_features=mm).block_hashes
+
+    a1, a2, a1_again = LoRARequest("a1", 1), LoRARequest("a2", 2), LoRARequest("a1", 1, "/other/path")
+    variants = {"base": hashes(), "a1": hashes(a1), "a2": hashes(a2), "salt": hashes(salt="t1"),
+                "a1+salt": hashes(a1, "t1"), "image": hashes(mm=img), "a1+image": hashes(a1, mm=img)}
+    for name, hs in variants.items():
+        assert len(hs) == 3, f"{name}: a 12-token prompt at block size 4 has 3 full blocks, got {len(hs)} hashes"
+    firsts = {name: hs[0] for name, hs in variants.items() if "image" not in name}
+    assert len(set(firsts.values())) == len(firsts), f"first blocks must differ across {sorted(firsts)}"
+    assert variants["image"][0] == variants["base"][0], "block 0 does not overlap the image: same key as the base"
+    assert variants["image"][1] != variants["base"][1], "block 1 holds the image: its key must name it"
+    assert hashes(a1_again) == variants["a1"], "one adapter name, one set of blocks (upstream keys on lora_name)"
+
+    r = Request("r", prompt, lora_request=a1, cache_salt="t1", mm_features=img)
+    assert generate_block_hash_extra_keys(r, 0, 4) == ("a1", "t1")
+    assert generate_block_hash_extra_keys(r, 4, 8) == ("a1", ("img", 2)), "no salt after the first block"
+    assert generate_block_hash_extra_keys(r, 8, 12) == ("a1", ("img", -2)), "the image started 2 tokens before"
+    assert generate_block_hash_extra_keys(Request("b", prompt), 0, 4) == (), "the base model has no extra keys"
+
+
+@pytest.mark.parametrize("salt", ["", 3, b"t1"])
+def test_cache_salt_must_be_a_non_empty_string(salt):
+    from mini_vllm.request import Request
+
+    with pytest.raises(ValueError, match="cache_salt"):
+        Request("r", [1, 2, 3], cache_salt=salt)

@@ -171,3 +171,23 @@ def test_importing_mini_vllm_never_imports_torch_or_vllm():
     code = "import sys, mini_vllm; print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", "mini_vllm must stay numpy-only at import; real_vllm is imported lazily"
+
+
+def test_cache_salt_walls_off_the_prefix_cache():
+    """A salted prompt hits only blocks cached under the same salt; a bad salt queues nothing."""
+    import pytest
+
+    engine = LLMEngine(block_size=4)
+    prompt = "a prompt of six blocks!!"  # 24 bytes; hits stop below num_tokens - 1: 5 blocks, 20 tokens
+    engine.generate([prompt], SamplingParams(max_tokens=2, temperature=0))
+    engine.add_request(prompt, SamplingParams(max_tokens=2, temperature=0), cache_salt="tenant-1")
+    engine.generate([prompt], SamplingParams(max_tokens=2, temperature=0))  # drains both
+    engine.add_request(prompt, SamplingParams(max_tokens=2), request_id="same-salt", cache_salt="tenant-1")
+    engine.add_request(prompt, SamplingParams(max_tokens=2), request_id="other-salt", cache_salt="tenant-2")
+    engine.add_request(prompt, SamplingParams(max_tokens=2), request_id="no-salt")
+    kv, waiting = engine.scheduler.kv_cache_manager, {r.request_id: r for r in engine.scheduler.waiting}
+    hits = {rid: kv.get_computed_blocks(r)[1] for rid, r in waiting.items()}
+    assert hits == {"same-salt": 20, "other-salt": 0, "no-salt": 20}, f"prefix hits per request: {hits}"
+    with pytest.raises(ValueError, match="cache_salt"):
+        engine.add_request(prompt, cache_salt="")
+    assert len(engine.scheduler.requests) == 3, "a refused salt must queue nothing"

@@ -12,6 +12,7 @@ from mini_vllm.grammar import GrammarCompiler, byte_vocab, unpack_bitmask
 EOS = 256
 REGEX = r"-?[0-9]+(\.[0-9]+)?"
 SHORT = r"[a-c]+(x|yz)"
+NON_ASCII = r"(café|naïve) [α-ω]+"
 CHOICES = ["yes", "no", "maybe so"]
 
 
@@ -24,8 +25,9 @@ def grammar_for(constraint):
     return GrammarCompiler(byte_vocab()).compile_grammar(kind, list(spec) if kind == "choice" else spec)
 
 
-def text_of(token_ids):
-    return "".join(chr(t) for t in token_ids if t != EOS)  # chars = bytes, as the grammar sees them
+def text_of(token_ids, errors="strict"):
+    """The UTF-8 text of the output bytes (a cut output may stop mid-character: pass "replace")."""
+    return bytes(t for t in token_ids if t != EOS).decode("utf-8", errors=errors)
 
 
 def satisfies(constraint, text):
@@ -116,15 +118,15 @@ def test_the_bitmask_has_ceil_v_over_32_words_and_eos_only_in_accepting_states()
 
 
 def test_outputs_always_satisfy_their_grammar_over_random_seeds():
-    constraints = [so(regex=REGEX), so(regex=SHORT), so(choice=CHOICES), so(json_object=True)]
+    constraints = [so(regex=REGEX), so(regex=SHORT), so(choice=CHOICES), so(json_object=True), so(regex=NON_ASCII)]
     stops = dict.fromkeys(range(len(constraints)), 0)
     for seed in range(12):
         params = [SamplingParams(max_tokens=40, temperature=1.3, top_p=0.95, structured_outputs=c) for c in constraints]
         params.append(SamplingParams(max_tokens=20, temperature=1.0))  # an unconstrained companion
-        prompts = ["number: ", "letters: ", "answer: ", "json: ", "free text: "]
+        prompts = ["number: ", "letters: ", "answer: ", "json: ", "greek: ", "free text: "]
         outs = LLMEngine(seed=seed, max_num_batched_tokens=8).generate(prompts, params)
         for k, (c, out) in enumerate(zip(constraints, outs)):
-            text = text_of(out.token_ids)
+            text = text_of(out.token_ids, "strict" if out.finish_reason == "stop" else "replace")
             if out.finish_reason == "stop":
                 stops[k] += 1
                 assert out.token_ids[-1] == EOS and satisfies(c, text), (
@@ -162,3 +164,14 @@ def test_abort_frees_the_grammar_and_drafts_are_validated_without_advancing():
     assert manager.validate_draft_tokens("not-constrained", [1, 2]) == [1, 2]
     engine.abort_request(rid)
     assert not manager.grammars, "an aborted request gives its grammar back"
+
+
+def test_a_non_ascii_pattern_is_matched_in_utf8_bytes():
+    """The tokenizer's ids are UTF-8 bytes, so ``café`` must allow 0xC3 then 0xA9 after ``caf``
+    (read as Latin-1 characters, 0xE9 would be allowed instead and decode to U+FFFD)."""
+    engine = LLMEngine()
+    (out,) = engine.generate(["x"], SamplingParams(max_tokens=10, temperature=0, structured_outputs=so(regex="café")))
+    assert out.text == "café" and out.finish_reason == "stop", f"got {out.text!r} ({out.finish_reason})"
+    assert out.token_ids == [*"café".encode(), EOS], f"the bytes of café, then EOS; got {out.token_ids}"
+    g = grammar_for(so(choice=["日本", "中文"]))
+    assert np.flatnonzero(g.allowed_token_mask()).tolist() == [0xE4, 0xE6], "the lead bytes of 中 and 日"

@@ -367,3 +367,52 @@ def test_manager_fills_k_plus_one_rows_and_rolls_back():
         mgr.grammar_bitmask([g, g, g], [ids("0", "0"), ids("0", "0"), ids("0", "0", "0")])
     with pytest.raises(ValueError, match="one"):
         mgr.grammar_bitmask([g], [[], []])
+
+
+# -- UTF-8 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lo, hi", [(0x80, 0xE8), (0xE9, 0x1FF), (0x3B1, 0x3C9), (0x7F0, 0x810), (0xD7F0, 0xE010),
+                                    (0xFFE0, 0x10010), (0x40000, 0x10FFFF), (0, 0x10FFFF)])
+def test_utf8_sequences_match_exactly_the_encodings_of_the_range(lo, hi):
+    from mini_vllm.grammar import utf8_sequences
+
+    seqs = utf8_sequences(lo, hi)
+
+    def covered(data: bytes) -> bool:
+        return any(len(s) == len(data) and all(a <= b <= z for (a, z), b in zip(s, data)) for s in seqs)
+
+    rng = np.random.default_rng(lo)
+    points = {lo, hi, lo - 1, hi + 1, *rng.integers(max(lo - 300, 0), min(hi + 300, 0x10FFFF) + 1, 400).tolist()}
+    for cp in sorted(p for p in points if 0 <= p <= 0x10FFFF):
+        data = chr(cp).encode("utf-8", "surrogatepass")
+        assert covered(data) == (lo <= cp <= hi), f"U+{cp:04X} ({data.hex()}) for [{lo:#x}, {hi:#x}]: {seqs}"
+    for s in seqs:  # every corner of every piece is the encoding of a code point in the range
+        for pick in (0, 1):
+            data = bytes(r[pick] for r in s)
+            assert lo <= ord(data.decode("utf-8", "surrogatepass")) <= hi, f"{data.hex()} escapes [{lo:#x}, {hi:#x}]"
+
+
+@pytest.mark.parametrize("pattern", ["café", "[^é]é", "[^a-z]+", "[α-ω]+[0-9]?", "(日本|中文)語?", "[à-ÿ]*😀"])
+def test_non_ascii_patterns_agree_with_re_on_utf8_bytes(pattern):
+    rng = np.random.default_rng(len(pattern))
+    alphabet = list("aéèzω9日本中文語😀αǿ") + ["\u0800", "\U0010ffff"]
+    fsm = RegexFSM(pattern)
+    texts = ["".join(rng.choice(alphabet, size=n)) for n in rng.integers(0, 5, 300)] + ["café", "éé", "αβ7", "日本語"]
+    for text in texts:
+        assert fsm.fullmatch(text) == (re.fullmatch(pattern, text) is not None), (pattern, text)
+    assert not fsm.fullmatch("café".encode("latin-1")), "é as the one byte 0xE9 is not UTF-8"
+
+
+def test_json_strings_take_well_formed_utf8_only():
+    jm = JsonMachine()
+    assert jm.fullmatch('{"clé":"日本語 😀"}') and jm.fullmatch('["é"]')
+    for bad in (b'{"a":"\xc3"}', b'{"a":"\xe0\x80\x80"}', b'{"a":"\xf4\x90\x80\x80"}', b'{"a":"\xa9"}', b'{"\xc3\xa9":\xc3}'):
+        assert not jm.fullmatch(bad), f"{bad!r}: a lone, overlong, past-U+10FFFF or out-of-string byte"
+    state = jm.start()
+    for b in b'{"':
+        state = jm.step(state, b)
+    state = jm.step(state, 0xE6)
+    assert jm.step(state, ord('"')) is None, "a string cannot close in the middle of a character"
+    with pytest.raises(ValueError, match="UTF-8 bytes"):
+        jm.step(jm.start(), "é")

@@ -247,3 +247,27 @@ def test_counters_move_in_update_from_output():
     assert r.num_computed_tokens == 0 and Scheduler.needs_sample(r, out.num_scheduled_tokens["a"])
     sched.update_from_output(out, {"a": 7})
     assert (r.num_computed_tokens, r.num_tokens) == (5, 6)
+
+
+def test_requests_skipped_for_max_loras_go_ahead_of_a_later_preemption():
+    """max_loras=1: B (adapter 2) is skipped while A and C (adapter 1) run; C is then preempted.
+    Upstream parks B in ``skipped_waiting``, walked before ``waiting``, so once A finishes B runs
+    before C (one queue with both at its front would run C first)."""
+    from mini_vllm.config import LoRAConfig
+    from mini_vllm.lora import LoRARequest
+
+    sched = Scheduler(VllmConfig(CacheConfig(4, 5, True), SchedulerConfig(max_num_batched_tokens=16, max_model_len=16),
+                                 lora_config=LoRAConfig(max_loras=1)))
+    for rid, first, n, lora in (("A", 10, 6, 1), ("C", 20, 11, 1), ("B", 30, 2, 2)):
+        sched.add_request(Request(rid, list(range(first, first + 4)), SamplingParams(max_tokens=n, ignore_eos=True),
+                                  lora_request=LoRARequest(f"a{lora}", lora)))
+    out, _ = step(sched)
+    assert list(out.num_scheduled_tokens) == ["A", "C"] and [r.request_id for r in sched.skipped_waiting] == ["B"]
+    assert sched.get_request_counts() == (2, 1), "the skipped request counts as waiting"
+    order = []
+    for _ in range(30):
+        if not sched.has_unfinished_requests():
+            break
+        out, _ = step(sched)
+        order += [r.request_id for r in out.scheduled_new_reqs + out.scheduled_resumed_reqs]
+    assert order == ["B", "C"], f"B was skipped before C was preempted, so B must be admitted first; got {order}"

@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-from mini_vllm.testing.traces import Abort, Arrival, SchedConfig, run_mini_trace
+from mini_vllm.testing.traces import Abort, Arrival, SchedConfig, assert_same_records, run_mini_trace
 
 pytestmark = pytest.mark.upstream
 
@@ -33,22 +33,7 @@ def tokens(n, salt=0):
 
 def assert_same(real, config, trace):
     want = real.run_trace(config, trace)
-    got = run_mini_trace(config, trace)
-    for i, (r, m) in enumerate(zip(want, got)):
-        for field in (
-            "num_scheduled_tokens",
-            "preempted",
-            "finished",
-            "block_ids",
-            "num_free_blocks",
-            "prefix_cache",
-            "aborted",
-        ):
-            a, b = getattr(r, field), getattr(m, field)
-            if field == "num_scheduled_tokens":
-                a, b = list(a.items()), list(b.items())  # order matters too
-            assert a == b, f"step {i}: {field} differs — vLLM {a}, mini {b}"
-    assert len(want) == len(got), f"vLLM took {len(want)} steps, mini {len(got)}"
+    assert_same_records(want, run_mini_trace(config, trace))
     return want
 
 

@@ -23,6 +23,8 @@ from typing import Any
 # VllmConfig / Scheduler / block hasher.
 from course.runtime import real_vllm as rv
 
+from vllm.config import LoRAConfig
+from vllm.lora.request import LoRARequest as VllmLoRARequest
 from vllm.sampling_params import SamplingParams as VllmSamplingParams
 from vllm.v1.core.block_pool import BlockPool as VllmBlockPool
 from vllm.v1.core.sched.output import SchedulerOutput as VllmSchedulerOutput
@@ -64,6 +66,7 @@ def make_vllm_config(config: SchedConfig):
         long_prefill_token_threshold=config.long_prefill_token_threshold,
         enable_chunked_prefill=config.enable_chunked_prefill,
         enable_prefix_caching=config.enable_prefix_caching,
+        **({"lora_config": LoRAConfig(max_loras=config.max_loras, max_lora_rank=8)} if config.max_loras else {}),
     )
 
 
@@ -82,9 +85,16 @@ class RealScheduler:
         return self.scheduler.kv_cache_manager
 
     def add_request(
-        self, request_id: str, prompt_token_ids: list[int], max_tokens: int, eos_at: int | None = None
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        max_tokens: int,
+        eos_at: int | None = None,
+        lora_id: int | None = None,
+        cache_salt: str | None = None,
     ) -> VllmRequest:
-        """Queue a request; with ``eos_at=k`` its ``k``-th output is ``FAKE_EOS`` and stops it."""
+        """Queue a request; with ``eos_at=k`` its ``k``-th output is ``FAKE_EOS`` and stops it.
+        ``lora_id``: adapter ``"a{lora_id}"`` (the config needs ``max_loras``)."""
         params = VllmSamplingParams(max_tokens=max_tokens, ignore_eos=eos_at is None)
         if eos_at is not None:
             params.update_from_generation_config({}, eos_token_id=FAKE_EOS)
@@ -95,6 +105,8 @@ class RealScheduler:
             sampling_params=params,
             pooling_params=None,
             block_hasher=self.block_hasher,
+            lora_request=None if lora_id is None else VllmLoRARequest(f"a{lora_id}", lora_id, "/adapters/a"),
+            cache_salt=cache_salt,
         )
         self.scheduler.add_request(request)
         return request
@@ -179,7 +191,7 @@ def run_trace(
     while arrivals or aborts or sched.has_unfinished_requests():
         while arrivals and arrivals[0].step <= step:
             a = arrivals.pop(0)
-            real.add_request(a.request_id, list(a.prompt_token_ids), a.max_tokens, a.eos_at)
+            real.add_request(a.request_id, list(a.prompt_token_ids), a.max_tokens, a.eos_at, a.lora_id, a.cache_salt)
         aborted: list[str] = []
         t_abort = clock()
         while aborts and aborts[0].step <= step:

@@ -18,7 +18,8 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ..config import CacheConfig, SchedulerConfig, VllmConfig
+from ..config import CacheConfig, LoRAConfig, SchedulerConfig, VllmConfig
+from ..lora import LoRARequest
 from ..request import Request
 from ..sampling_params import SamplingParams
 from ..scheduler import Scheduler
@@ -33,6 +34,8 @@ class Arrival:
     prompt_token_ids: tuple[int, ...]
     max_tokens: int
     eos_at: int | None = None  # output index whose token is FAKE_EOS (None: never)
+    lora_id: int | None = None  # adapter "a{lora_id}" (needs SchedConfig.max_loras); None: base model
+    cache_salt: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class SchedConfig:
     enable_prefix_caching: bool = True
     max_model_len: int = 512
     enable_chunked_prefill: bool = True
+    max_loras: int = 0  # 0: LoRA off
 
     def to_vllm_config(self) -> VllmConfig:
         """The same knobs as mini's validated ``VllmConfig``."""
@@ -68,6 +72,7 @@ class SchedConfig:
                 long_prefill_token_threshold=self.long_prefill_token_threshold,
                 enable_chunked_prefill=self.enable_chunked_prefill,
             ),
+            lora_config=LoRAConfig(max_loras=self.max_loras) if self.max_loras else None,
         )
 
 
@@ -83,6 +88,19 @@ class StepRecord:
     prefix_cache: tuple[int, int, int, int, int, int] = (0, 0, 0, 0, 0, 0)
     # (requests, queries, hits, preempted_requests, preempted_queries, preempted_hits)
     aborted: list[str] = field(default_factory=list)  # ids aborted before this step's schedule()
+
+
+def assert_same_records(want: list[StepRecord], got: list[StepRecord]) -> None:
+    """Step by step, the real scheduler's records (``want``) equal mini's (``got``): scheduled
+    tokens in order, preemptions, finishes, block tables, free blocks, prefix-cache counters, aborts."""
+    fields = ("num_scheduled_tokens", "preempted", "finished", "block_ids", "num_free_blocks", "prefix_cache", "aborted")
+    for i, (r, m) in enumerate(zip(want, got)):
+        for name in fields:
+            a, b = getattr(r, name), getattr(m, name)
+            if name == "num_scheduled_tokens":
+                a, b = list(a.items()), list(b.items())  # order matters too
+            assert a == b, f"step {i}: {name} differs — vLLM {a}, mini {b}"
+    assert len(want) == len(got), f"vLLM took {len(want)} steps, mini {len(got)}"
 
 
 def fake_token(request_id: str, num_output_tokens: int, eos_at: int | None = None) -> int:
@@ -132,6 +150,8 @@ def run_mini_trace(
                     params,
                     eos_token_id=FAKE_EOS,
                     block_hasher=kv.block_hasher,
+                    lora_request=None if a.lora_id is None else LoRARequest(f"a{a.lora_id}", a.lora_id),
+                    cache_salt=a.cache_salt,
                 )
             )
             eos_at[a.request_id] = a.eos_at

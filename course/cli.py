@@ -14,12 +14,13 @@ from course import (
     gpucheck,
     grade,
     lock,
+    minibuild,
     mutant,
     outputs,
     upstream,
 )
 
-COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, book, lock)
+COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, minibuild, book, lock)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -97,9 +97,14 @@ def _wanted(config, marker: str) -> bool:
     When ``-m`` names the marker, pytest's own evaluation of the expression decides which tests run:
     ``-m slow`` runs only them, ``-m "not slow"`` none of them, ``-m "slow or not slow"`` everything.
     """
-    if os.environ.get(ON_DEMAND[marker], "") not in ("", "0", "false", "False"):
+    return on_demand_wanted(marker, config.getoption("markexpr", "") or "", os.environ)
+
+
+def on_demand_wanted(marker: str, markexpr: str, env) -> bool:
+    """The rule itself (``course/pagecmds.py`` applies it to every pytest command a page prints)."""
+    if env.get(ON_DEMAND[marker], "") not in ("", "0", "false", "False"):
         return True
-    return marker in _marker_names(config.getoption("markexpr", "") or "")
+    return marker in _marker_names(markexpr)
 
 
 def _marker_names(expr: str) -> set[str]:

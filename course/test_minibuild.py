@@ -131,3 +131,11 @@ def test_start_check_reset_round_trip(
     assert cli("reset") == 0
     assert (pkg / "calc.py").read_text() == MODULE and not minibuild.stubbed_files(tmp_path)
     assert cli("check") == 0
+
+
+def test_every_package_mini_build_page_shows_the_command():
+    for number, build in minibuild.load().items():
+        if build.kind != "package":
+            continue
+        [page] = ROOT.glob(f"phase-{number}-*/02-mini-build.md")
+        assert f"mini-build {number} start" in page.read_text(encoding="utf-8"), f"{page}: show the command"

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from course import ROOT, bookcheck, sitestyle
-from course.booksrc import GITHUB_BLOB, OVERVIEW, BookSource, generate
+from course.booksrc import GITHUB_BLOB, OVERVIEW, BookSource, edited_starters, generate
 from course.discover import find_phases, labs_in_order, rel
 from course.linkcheck import NO_TREE, BrokenLink, check_site
 from course.report import progress
@@ -165,6 +165,11 @@ def run(args: argparse.Namespace) -> int:
     problems = run_checks(args.root, source)
     for problem in problems:
         print(problem)
+    for starter in sorted(edited_starters(args.root)):
+        print(
+            f"note: {starter.relative_to(args.root.resolve()).as_posix()} has your edits; the site shows "
+            "(and checks) the starter as shipped, so your code never fails the build"
+        )
     status = "FAIL" if broken or problems else "ok"
     print(
         f"book: {status}: {len(source.chapters)} pages, {checked} links checked ({source.cited} citation links "

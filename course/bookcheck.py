@@ -114,7 +114,10 @@ def check_page(text: str, where: str) -> list[Problem]:
 
 def check_pages(root: Path, pages: list[str]) -> list[Problem]:
     """``check_page`` over repo-relative ``pages``, plus each lab page's ``starter.py`` shown with it."""
+    from course.booksrc import edited_starters, shipped_starter
+
     problems: list[Problem] = []
+    edited = edited_starters(root)
     for rel in pages:
         path = root / rel
         if not path.is_file():
@@ -122,7 +125,7 @@ def check_pages(root: Path, pages: list[str]) -> list[Problem]:
         problems += check_page(path.read_text(encoding="utf-8"), rel)
         starter = path.parent / "starter.py"
         if LAB_RE.match(path.parent.name) and starter.is_file():
-            code = "```python\n" + starter.read_text(encoding="utf-8") + "\n```"
+            code = "```python\n" + shipped_starter(starter, root, edited) + "\n```"  # never the learner's edits
             for p in check_page(code, rel):
                 line = int(p.where.rsplit(":", 1)[1]) - 1
                 problems.append(Problem(f"{starter.relative_to(root).as_posix()}:{line}", p.message))

@@ -123,6 +123,9 @@ def check_pages(root: Path, pages: list[str]) -> list[Problem]:
         if not path.is_file():
             continue
         problems += check_page(path.read_text(encoding="utf-8"), rel)
+        hints = path.parent / "HINTS.md"
+        if LAB_RE.match(path.parent.name) and hints.is_file():
+            problems += check_page(hints.read_text(encoding="utf-8"), hints.relative_to(root).as_posix())
         starter = path.parent / "starter.py"
         if LAB_RE.match(path.parent.name) and starter.is_file():
             code = "```python\n" + shipped_starter(starter, root, edited) + "\n```"  # never the learner's edits

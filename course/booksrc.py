@@ -235,6 +235,20 @@ def shipped_starter(starter: Path, root: Path, edited: set[Path] | None = None) 
     return starter.read_text(encoding="utf-8")
 
 
+def _hints_section(hints: Path) -> str:
+    """The lab's code-level hints, folded: a reader opens them on purpose (``python -m course hint``)."""
+    body = hints.read_text(encoding="utf-8")
+    body = "\n".join(line for line in body.splitlines() if not line.startswith("# ")).strip("\n")
+    body = body.replace("\n## ", "\n#### ")
+    if body.startswith("## "):
+        body = "#### " + body[3:]
+    return (
+        "\n\n---\n\n<details>\n<summary>Hints with code (they give the trick away; "
+        "<code>python -m course hint</code> shows them one at a time)</summary>\n\n"
+        f"{body}\n\n</details>\n"
+    )
+
+
 def _starter_section(starter: Path, root: Path | None = None, edited: set[Path] | None = None) -> str:
     code = (shipped_starter(starter, root, edited) if root else starter.read_text(encoding="utf-8")).rstrip("\n")
     fence = "```"
@@ -372,6 +386,8 @@ def generate(root: Path, src: Path) -> BookSource:
         path = root / rel
         linker = _Linker(root, rel, chapters)
         text = linker.rewrite(path.read_text(encoding="utf-8"))
+        if LAB_RE.match(path.parent.name) and (path.parent / "HINTS.md").is_file():
+            text = text.rstrip("\n") + _hints_section(path.parent / "HINTS.md")
         if LAB_RE.match(path.parent.name) and (path.parent / "starter.py").is_file():
             text = text.rstrip("\n") + _starter_section(path.parent / "starter.py", root, edited)
         out = src / rel

@@ -13,6 +13,7 @@ from course import (
     citations,
     gpucheck,
     grade,
+    hint,
     lock,
     minibuild,
     mutant,
@@ -20,7 +21,7 @@ from course import (
     upstream,
 )
 
-COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, minibuild, book, lock)
+COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, minibuild, hint, book, lock)
 
 
 def build_parser() -> argparse.ArgumentParser:

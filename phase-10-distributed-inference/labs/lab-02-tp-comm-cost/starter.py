@@ -5,6 +5,7 @@ each moving 1/N of the payload. Time = bytes on the wire / bandwidth + hops × p
 Every link figure here is a datasheet or rule-of-thumb number, so every time this lab prints is
 *predicted* by that formula, not measured.
 Grade with: LAB_IMPL=starter pytest phase-10-distributed-inference/labs/lab-02-tp-comm-cost -q
+Stuck? ``python -m course hint 10-02`` shows code-level hints, one at a time.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def allreduce_payload_bytes(batch_tokens: int, hidden: int, dtype_bytes: int = 2
 def ring_allreduce_traffic_per_rank(payload_bytes: float, num_ranks: int) -> float:
     """Bytes each rank sends in a ring all-reduce: ``2 (N - 1) / N × payload`` (0 when alone)."""
     raise NotImplementedError(
-        'ring_allreduce_traffic_per_rank: check with _positive and _ranks, then reduce-scatter + all-gather '
-        'each send (N-1)/N of the payload: 2 * (N - 1) * payload / N'
+        'ring_allreduce_traffic_per_rank: check with _positive and _ranks, then add what one rank sends in the '
+        'reduce-scatter and in the all-gather: N - 1 hops each, one N-th of the payload per hop (hint 1)'
     )
 
 
@@ -65,7 +66,7 @@ def allreduce_time_s(payload_bytes: float, num_ranks: int, link: Link) -> float:
     """Predicted time of one ring all-reduce: traffic / bandwidth + ``2 (N - 1)`` hop latencies."""
     raise NotImplementedError(
         'allreduce_time_s: check link.bandwidth_bytes_per_s (> 0) and link.latency_s (>= 0) by those names, '
-        'then traffic / bandwidth + 2 * (N - 1) hops * latency'
+        'then a bandwidth term (the traffic at the link speed) plus one latency per sequential hop (hint 2)'
     )
 
 
@@ -105,8 +106,8 @@ def latency_bandwidth_crossover_tokens(num_ranks: int, link: Link, hidden: int =
     """
     raise NotImplementedError(
         "latency_bandwidth_crossover_tokens: refuse num_ranks == 1 ('crossover'); the smallest integer k >= 1 whose "
-        "bandwidth term (ring traffic of k tokens' payload / bandwidth) reaches 2(N-1) * latency; start from "
-        "math.ceil of the ratio and step down/up so a float ceiling can not land one off"
+        "bandwidth term reaches the latency term; a ratio rounded up can land one off in floating point, so "
+        "confirm the answer against its neighbours (hint 3)"
     )
 
 

@@ -110,17 +110,27 @@ OUTPUT_BLOCK_RE = re.compile(
 FENCE_RE = re.compile(r"^([ \t>]*)(`{3,}|~{3,})[^\n]*\n.*?^\1\2[ \t]*$", re.S | re.M)
 SEARCH_PREFIX = "window.search = Object.assign(window.search, JSON.parse('"
 SEARCH_SUFFIX = "'));"
-SEARCH_INDEX_MAX_BYTES = 5_000_000
+SEARCH_INDEX_MAX_BYTES = 5_000_000  # above it the build warns
+SEARCH_INDEX_FAIL_BYTES = 6_000_000  # above it the build fails: a phone downloads it on first search
 WORD_RE = re.compile(r"[a-z_][a-z0-9_]*$")  # the tokens a reader types; numbers and punctuation runs are not
 
 
-def strip_for_search(text: str) -> str:
-    """A page as the search index sees it: no generated output blocks, no code blocks.
+TABLE_RE = re.compile(r"(?m)(^[ \t]*\|.*\n?)+")
 
-    Program output and code listings are not what a reader searches for; the names in them also
-    appear in the prose, as inline code, and stay searchable there.
+
+def _reference_table(match: re.Match) -> str:
+    table = match.group(0)
+    return "" if table.count(".py:") >= 2 or "| `test_" in table else table
+
+
+def strip_for_search(text: str) -> str:
+    """A page as the search index sees it: no generated output blocks, no code blocks, and no
+    reference tables (citation maps, a lab's list of tests).
+
+    Program output, listings and those tables are not what a reader searches for; the names in
+    them also appear in the prose, as inline code, and stay searchable there.
     """
-    return FENCE_RE.sub("", OUTPUT_BLOCK_RE.sub("", text))
+    return TABLE_RE.sub(_reference_table, FENCE_RE.sub("", OUTPUT_BLOCK_RE.sub("", text)))
 
 
 def _prune(node: dict, prefix: str) -> None:
@@ -182,7 +192,9 @@ def slim_search_index(root: Path, mdbook: Path, src: Path, html: Path) -> int:
         return full.stat().st_size
     full.write_text(slim_index_js(slim[0].read_text(encoding="utf-8")), encoding="utf-8")
     size = full.stat().st_size
-    progress(f"book: search index {size / 1e6:.1f} MB (output blocks, code blocks and non-words left out)")
+    progress(
+        f"book: search index {size / 1e6:.1f} MB (output blocks, code, reference tables, non-words left out)"
+    )
     if size > SEARCH_INDEX_MAX_BYTES:
         print(
             f"  search: warning: the index is {size / 1e6:.1f} MB, over {SEARCH_INDEX_MAX_BYTES / 1e6:.0f} MB"
@@ -253,6 +265,15 @@ def run(args: argparse.Namespace) -> int:
         if link not in unchecked:
             print(f"{link.source}: broken link {explain(link, args.root)}")
     problems = run_checks(args.root, source)
+    for index in html.glob("searchindex-*.js"):
+        if index.stat().st_size > SEARCH_INDEX_FAIL_BYTES:
+            problems.append(
+                bookcheck.Problem(
+                    index.name,
+                    f"the search index is {index.stat().st_size / 1e6:.1f} MB, over "
+                    f"{SEARCH_INDEX_FAIL_BYTES / 1e6:.0f} MB: leave more out in course/book.py:strip_for_search",
+                )
+            )
     for problem in problems:
         print(problem)
     for starter in sorted(edited_starters(args.root)):

@@ -234,4 +234,8 @@ def check_titles(summary: str) -> list[Problem]:
             problems.append(
                 Problem(path, f"title {title!r} must name its phase ('Phase {phase.group(2)} · …')")
             )
+        elif phase and f"Phase {phase.group(2)}" in title[len(f"Phase {phase.group(2)} · ") :]:
+            problems.append(
+                Problem(path, f"title {title!r} names its phase twice: drop it from the page's heading")
+            )
     return problems

@@ -121,11 +121,14 @@ def test_titles_must_be_unique_and_name_their_phase():
 - [Deep dive](phase-02-x/01-deep-dive.md)
 - [Phase 02 · Guide](phase-02-x/labs/README.md)
 - [Phase 08 · Planned]()
+- [Phase 02 · Lab 01 — Phase 02: blocks](phase-02-x/labs/lab-01-y/README.md)
 """
     found = [str(p) for p in bookcheck.check_titles(summary)]
     assert found == [
         "phase-02-x/01-deep-dive.md: title 'Deep dive' must name its phase ('Phase 02 · …')",
         "phase-02-x/labs/README.md: title 'Phase 02 · Guide' is also the title of phase-02-x/00-guide.md",
+        "phase-02-x/labs/lab-01-y/README.md: title 'Phase 02 · Lab 01 — Phase 02: blocks' names its phase "
+        "twice: drop it from the page's heading",
     ]
 
 

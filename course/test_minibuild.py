@@ -140,3 +140,30 @@ def test_every_package_mini_build_page_shows_the_command():
         [page] = ROOT.glob(f"phase-{number}-*/02-mini-build.md")
         text = " ".join(page.read_text(encoding="utf-8").split())
         assert f"mini-build {number} start" in text, f"{page}: show the command"
+
+
+def test_check_labs_contract_catches_a_part_whose_tests_miss_its_stubs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    pkg = tmp_path / "mini_vllm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "calc.py").write_text(MODULE)
+    (pkg / "test_calc.py").write_text(
+        "from mini_vllm.calc import Box, free\n\n\ndef test_free():\n    assert free(3) == 6\n\n\n"
+        "def test_untouched():\n    assert Box().untouched() == 7\n"
+    )
+    table = tmp_path / "minibuilds.toml"
+    table.write_text(
+        '[[phase]]\nnumber = "42"\n'
+        '[[phase.part]]\nname = "free"\nstubs = ["mini_vllm/calc.py::free"]\n'
+        'tests = ["mini_vllm/test_calc.py::test_free"]\ntask = "scale it"\n'
+        '[[phase.part]]\nname = "toothless"\nstubs = ["mini_vllm/calc.py::Box.method"]\n'
+        'tests = ["mini_vllm/test_calc.py::test_untouched"]\ntask = "add one"\n'
+    )
+    monkeypatch.setattr(minibuild.load, "__defaults__", (table,))
+    rows, problems = minibuild.contract_problems(["42"], tmp_path, jobs=2, quiet=True)
+    assert [(r[1], r[-1]) for r in rows] == [("mini-build: free", "OK"), ("mini-build: toothless", "FAIL")]
+    assert (
+        len(problems) == 1 and "toothless" in problems[0] and "every test passes on the stubs" in problems[0]
+    )

@@ -142,6 +142,7 @@ def test_every_package_mini_build_page_shows_the_command():
         assert f"mini-build {number} start" in text, f"{page}: show the command"
 
 
+@pytest.mark.slow  # four pytest processes; check-labs runs the real contract in CI anyway
 def test_check_labs_contract_catches_a_part_whose_tests_miss_its_stubs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

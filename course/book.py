@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 
 from course import ROOT, bookcheck, sitestyle
-from course.booksrc import GITHUB_BLOB, OVERVIEW, BookSource, generate
+from course.booksrc import GITHUB_BLOB, OUTPUT_CLASS, OVERVIEW, BookSource, edited_starters, generate
 from course.discover import find_phases, labs_in_order, rel
 from course.linkcheck import NO_TREE, BrokenLink, check_site
 from course.report import progress
@@ -96,9 +98,109 @@ def build(root: Path) -> tuple[BookSource, Path]:
     if proc.returncode != 0:
         raise RuntimeError(f"mdbook build failed:\n{proc.stdout}{proc.stderr}")
     for line in (proc.stdout + proc.stderr).splitlines():
-        if "WARN" in line or "ERROR" in line:
+        if ("WARN" in line or "ERROR" in line) and "search index is very large" not in line:
             print(f"  mdbook: {line.strip()}")
+    slim_search_index(root, mdbook, src, html)
     return source, html
+
+
+OUTPUT_BLOCK_RE = re.compile(
+    r'^[ \t]*<div class="' + OUTPUT_CLASS + r'">.*?^[ \t]*</div>[ \t]*$', re.S | re.M
+)
+FENCE_RE = re.compile(r"^([ \t>]*)(`{3,}|~{3,})[^\n]*\n.*?^\1\2[ \t]*$", re.S | re.M)
+SEARCH_PREFIX = "window.search = Object.assign(window.search, JSON.parse('"
+SEARCH_SUFFIX = "'));"
+SEARCH_INDEX_MAX_BYTES = 5_000_000  # above it the build warns
+SEARCH_INDEX_FAIL_BYTES = 6_000_000  # above it the build fails: a phone downloads it on first search
+WORD_RE = re.compile(r"[a-z_][a-z0-9_]*$")  # the tokens a reader types; numbers and punctuation runs are not
+
+
+TABLE_RE = re.compile(r"(?m)(^[ \t]*\|.*\n?)+")
+
+
+def _reference_table(match: re.Match) -> str:
+    table = match.group(0)
+    return "" if table.count(".py:") >= 2 or "| `test_" in table else table
+
+
+def strip_for_search(text: str) -> str:
+    """A page as the search index sees it: no generated output blocks, no code blocks, and no
+    reference tables (citation maps, a lab's list of tests).
+
+    Program output, listings and those tables are not what a reader searches for; the names in
+    them also appear in the prose, as inline code, and stay searchable there.
+    """
+    return TABLE_RE.sub(_reference_table, FENCE_RE.sub("", OUTPUT_BLOCK_RE.sub("", text)))
+
+
+def _prune(node: dict, prefix: str) -> None:
+    for key in [k for k in node if k not in ("docs", "df")]:
+        child = node[key]
+        _prune(child, prefix + key)
+        if not WORD_RE.match(prefix + key):
+            child["docs"], child["df"] = {}, 0
+        for posting in child["docs"].values():  # sqrt(count) to 17 digits: 3 rank results the same
+            posting["tf"] = round(posting["tf"], 3)
+        if not child["docs"] and set(child) == {"docs", "df"}:
+            del node[key]
+
+
+def slim_index_js(text: str) -> str:
+    """mdBook's ``searchindex-*.js`` without the breadcrumbs field's index, without tokens that are
+    not words (numbers, punctuation runs) and with term weights to 3 digits; the page trail still
+    shows in the results."""
+    if not (text.startswith(SEARCH_PREFIX) and text.rstrip().endswith(SEARCH_SUFFIX)):
+        return text
+    raw = text.rstrip()[len(SEARCH_PREFIX) : -len(SEARCH_SUFFIX)]
+    data = json.loads(re.sub(r"\\(.)", r"\1", raw, flags=re.S))  # undo the JS string escapes
+    index = data["index"]
+    index["index"].pop("breadcrumbs", None)
+    index["fields"] = [f for f in index["fields"] if f != "breadcrumbs"]
+    data["search_options"]["fields"].pop("breadcrumbs", None)
+    for field in index["index"].values():
+        _prune(field["root"], "")
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return SEARCH_PREFIX + body.replace("\\", "\\\\").replace("'", "\\'") + SEARCH_SUFFIX + "\n"
+
+
+def slim_search_index(root: Path, mdbook: Path, src: Path, html: Path) -> int:
+    """Rebuild the search index from the pages minus their output blocks and code blocks, slimmed.
+
+    mdBook indexes every character of a page and cannot skip an element, so a second build over a
+    copy of the source without them makes the index, and (slimmed by :func:`slim_index_js`) it
+    replaces the full one under the name the pages already load. Headings, the anchors results
+    link to, are untouched. Returns the new index's size in bytes.
+    """
+    found = sorted(html.glob("searchindex-*.js"))
+    if not found:
+        return 0
+    full = found[0]
+    work = root / "build" / "book" / "search"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(src, work / "src", ignore=shutil.ignore_patterns("*.png", "*.svg", "*.jpg"))
+    for page in (work / "src").rglob("*.md"):
+        page.write_text(strip_for_search(page.read_text(encoding="utf-8")), encoding="utf-8")
+    toml = BOOK_TOML.replace('src = "build/book/src"', 'src = "src"').replace(
+        'build-dir = "build/book/html"', 'build-dir = "html"'
+    )
+    toml = toml.replace('additional-css = ["build/book/course.css"]', "")
+    (work / "book.toml").write_text(toml, encoding="utf-8")
+    proc = subprocess.run([str(mdbook), "build", str(work)], check=False, capture_output=True, text=True)
+    slim = sorted((work / "html").glob("searchindex-*.js"))
+    if proc.returncode != 0 or not slim:
+        print(f"  search: the slim index could not be built; keeping the full one\n{proc.stderr[-500:]}")
+        return full.stat().st_size
+    full.write_text(slim_index_js(slim[0].read_text(encoding="utf-8")), encoding="utf-8")
+    size = full.stat().st_size
+    progress(
+        f"book: search index {size / 1e6:.1f} MB (output blocks, code, reference tables, non-words left out)"
+    )
+    if size > SEARCH_INDEX_MAX_BYTES:
+        print(
+            f"  search: warning: the index is {size / 1e6:.1f} MB, over {SEARCH_INDEX_MAX_BYTES / 1e6:.0f} MB"
+        )
+    shutil.rmtree(work, ignore_errors=True)
+    return size
 
 
 def explain(link: BrokenLink, root: Path) -> str:
@@ -163,8 +265,22 @@ def run(args: argparse.Namespace) -> int:
         if link not in unchecked:
             print(f"{link.source}: broken link {explain(link, args.root)}")
     problems = run_checks(args.root, source)
+    for index in html.glob("searchindex-*.js"):
+        if index.stat().st_size > SEARCH_INDEX_FAIL_BYTES:
+            problems.append(
+                bookcheck.Problem(
+                    index.name,
+                    f"the search index is {index.stat().st_size / 1e6:.1f} MB, over "
+                    f"{SEARCH_INDEX_FAIL_BYTES / 1e6:.0f} MB: leave more out in course/book.py:strip_for_search",
+                )
+            )
     for problem in problems:
         print(problem)
+    for starter in sorted(edited_starters(args.root)):
+        print(
+            f"note: {starter.relative_to(args.root.resolve()).as_posix()} has your edits; the site shows "
+            "(and checks) the starter as shipped, so your code never fails the build"
+        )
     status = "FAIL" if broken or problems else "ok"
     print(
         f"book: {status}: {len(source.chapters)} pages, {checked} links checked ({source.cited} citation links "

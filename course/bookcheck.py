@@ -114,15 +114,21 @@ def check_page(text: str, where: str) -> list[Problem]:
 
 def check_pages(root: Path, pages: list[str]) -> list[Problem]:
     """``check_page`` over repo-relative ``pages``, plus each lab page's ``starter.py`` shown with it."""
+    from course.booksrc import edited_starters, shipped_starter
+
     problems: list[Problem] = []
+    edited = edited_starters(root)
     for rel in pages:
         path = root / rel
         if not path.is_file():
             continue
         problems += check_page(path.read_text(encoding="utf-8"), rel)
+        hints = path.parent / "HINTS.md"
+        if LAB_RE.match(path.parent.name) and hints.is_file():
+            problems += check_page(hints.read_text(encoding="utf-8"), hints.relative_to(root).as_posix())
         starter = path.parent / "starter.py"
         if LAB_RE.match(path.parent.name) and starter.is_file():
-            code = "```python\n" + starter.read_text(encoding="utf-8") + "\n```"
+            code = "```python\n" + shipped_starter(starter, root, edited) + "\n```"  # never the learner's edits
             for p in check_page(code, rel):
                 line = int(p.where.rsplit(":", 1)[1]) - 1
                 problems.append(Problem(f"{starter.relative_to(root).as_posix()}:{line}", p.message))
@@ -227,5 +233,9 @@ def check_titles(summary: str) -> list[Problem]:
         if phase and not title.startswith(f"Phase {phase.group(2)} · "):
             problems.append(
                 Problem(path, f"title {title!r} must name its phase ('Phase {phase.group(2)} · …')")
+            )
+        elif phase and f"Phase {phase.group(2)}" in title[len(f"Phase {phase.group(2)} · ") :]:
+            problems.append(
+                Problem(path, f"title {title!r} names its phase twice: drop it from the page's heading")
             )
     return problems

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -199,8 +200,57 @@ def _int(value: str | None) -> int | None:
     return int(value) if value else None
 
 
-def _starter_section(starter: Path) -> str:
-    code = starter.read_text(encoding="utf-8").rstrip("\n")
+def edited_starters(root: Path) -> set[Path]:
+    """Lab ``starter.py`` files whose text differs from git ``HEAD`` (a learner's work in progress)."""
+    try:
+        proc = subprocess.run(
+            ["git", "status", "--porcelain", "--", "phase-*/labs/*/starter.py"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    if proc.returncode != 0:
+        return set()
+    return {(root / line[3:].strip()).resolve() for line in proc.stdout.splitlines() if line[:2].strip() == "M"}
+
+
+def shipped_starter(starter: Path, root: Path, edited: set[Path] | None = None) -> str:
+    """The ``starter.py`` the course ships (git ``HEAD``'s), never a learner's local edits.
+
+    The site shows it and the site checks check it, so learner code can never fail ``make book``.
+    """
+    if edited is None:
+        edited = edited_starters(root)
+    if starter.resolve() in edited:
+        rel = starter.resolve().relative_to(root.resolve()).as_posix()
+        proc = subprocess.run(
+            ["git", "show", f"HEAD:{rel}"], cwd=root, capture_output=True, text=True, check=False, timeout=30
+        )
+        if proc.returncode == 0:
+            return proc.stdout
+    return starter.read_text(encoding="utf-8")
+
+
+def _hints_section(hints: Path) -> str:
+    """The lab's code-level hints, folded: a reader opens them on purpose (``python -m course hint``)."""
+    body = hints.read_text(encoding="utf-8")
+    body = "\n".join(line for line in body.splitlines() if not line.startswith("# ")).strip("\n")
+    body = body.replace("\n## ", "\n#### ")
+    if body.startswith("## "):
+        body = "#### " + body[3:]
+    return (
+        "\n\n---\n\n<details>\n<summary>Hints with code (they give the trick away; "
+        "<code>python -m course hint</code> shows them one at a time)</summary>\n\n"
+        f"{body}\n\n</details>\n"
+    )
+
+
+def _starter_section(starter: Path, root: Path | None = None, edited: set[Path] | None = None) -> str:
+    code = (shipped_starter(starter, root, edited) if root else starter.read_text(encoding="utf-8")).rstrip("\n")
     fence = "```"
     while fence in code:
         fence += "`"
@@ -317,6 +367,7 @@ def generate(root: Path, src: Path) -> BookSource:
     if not (root / "README.md").is_file():
         raise FileNotFoundError(f"{root}/README.md (the course home) is missing")
     entries, chapters, overviews = _plan(root)
+    edited = edited_starters(root)
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
     source = BookSource()
@@ -335,8 +386,10 @@ def generate(root: Path, src: Path) -> BookSource:
         path = root / rel
         linker = _Linker(root, rel, chapters)
         text = linker.rewrite(path.read_text(encoding="utf-8"))
+        if LAB_RE.match(path.parent.name) and (path.parent / "HINTS.md").is_file():
+            text = text.rstrip("\n") + _hints_section(path.parent / "HINTS.md")
         if LAB_RE.match(path.parent.name) and (path.parent / "starter.py").is_file():
-            text = text.rstrip("\n") + _starter_section(path.parent / "starter.py")
+            text = text.rstrip("\n") + _starter_section(path.parent / "starter.py", root, edited)
         out = src / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course import ROOT, labrules, patches
+from course import ROOT, labrules, minibuild, patches
 from course.discover import Lab, find_phases, rel, select_phases
 from course.labrun import LabRun, run_lab, run_many
 from course.report import print_table, progress
@@ -165,7 +165,9 @@ def check_mini(root: Path, jobs: int = 2) -> list[str]:
                 delta = patches.load(mutant)
                 bad = [f.path for f in delta.files if not f.path.startswith(MINI + "/")]
                 if bad:
-                    raise patches.StaleMutant(f"patches {bad}: a mini_vllm mutant patches mini_vllm/ files only")
+                    raise patches.StaleMutant(
+                        f"patches {bad}: a mini_vllm mutant patches mini_vllm/ files only"
+                    )
                 texts = patches.apply(delta, lambda name: (root / name).read_text(encoding="utf-8"))
             except patches.StaleMutant as exc:
                 problems.append(f"mini_vllm mutant {mutant.stem} no longer applies: {exc}")
@@ -177,7 +179,11 @@ def check_mini(root: Path, jobs: int = 2) -> list[str]:
         results = run_many(
             copies,
             lambda item: run_lab(
-                item[1] / MINI, item[1], f"mini_vllm mutant {item[0].stem}", first_failure=True, fork=False,
+                item[1] / MINI,
+                item[1],
+                f"mini_vllm mutant {item[0].stem}",
+                first_failure=True,
+                fork=False,
                 extra_env={**env, "PYTHONPATH": env["PYTHONPATH"].format(item[1])},
             ),
             lambda item, result: f"mini_vllm · mutant {item[0].stem}: {result.summary()}",
@@ -185,7 +191,9 @@ def check_mini(root: Path, jobs: int = 2) -> list[str]:
         )
     for (mutant, _), run in zip(copies, results, strict=True):
         if run.collection_error:
-            problems.append(f"mini_vllm mutant {mutant.stem}: tests could not be collected:\n{_tail(run.output)}")
+            problems.append(
+                f"mini_vllm mutant {mutant.stem}: tests could not be collected:\n{_tail(run.output)}"
+            )
         elif not run.failed:
             problems.append(f"mini_vllm mutant {mutant.stem} survives: every test in mini_vllm passes on it")
     return problems
@@ -226,6 +234,13 @@ def run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     verdicts = check(labs, args.root, args.jobs, all_labs) if labs else []
     mini_problems = check_mini(args.root, args.jobs) if with_mini else []
+    # Each phase's mini-build (course/minibuilds.toml): stubbed parts fail, the reference passes.
+    numbers = None if not wanted else [p.number for p in phases]
+    build_rows, build_problems = (
+        minibuild.contract_problems(numbers, args.root, args.jobs)
+        if (phases or not args.phases)
+        else ([], [])
+    )
     rows = []
     for v in verdicts:
         starter = v.starter
@@ -243,7 +258,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if with_mini and mini_mutants(args.root):
         n = len(mini_mutants(args.root))
-        rows.append(["-", MINI, "-", "-", f"{n - len(mini_problems)}/{n} caught", "FAIL" if mini_problems else "OK"])
+        rows.append(
+            ["-", MINI, "-", "-", f"{n - len(mini_problems)}/{n} caught", "FAIL" if mini_problems else "OK"]
+        )
+    rows += build_rows
     print()
     print_table("check-labs", ["phase", "lab", "solution", "starter", "mutants", "verdict"], rows)
     bad = [v for v in verdicts if not v.ok]
@@ -255,7 +273,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nFAIL {MINI}")
         for problem in mini_problems:
             print(f"  - {problem}")
+    if build_problems:
+        print("\nFAIL mini-builds (course/minibuilds.toml)")
+        for problem in build_problems:
+            print(f"  - {problem}")
     print(
-        f"\ncheck-labs: {len(verdicts) - len(bad)}/{len(verdicts)} labs OK in {time.monotonic() - start:.1f}s"
+        f"\ncheck-labs: {len(verdicts) - len(bad)}/{len(verdicts)} labs OK, "
+        f"{len(build_rows) - sum(r[-1] == 'FAIL' for r in build_rows)}/{len(build_rows)} mini-build parts OK "
+        f"in {time.monotonic() - start:.1f}s"
     )
-    return 1 if bad or mini_problems else 0
+    return 1 if bad or mini_problems or build_problems else 0

@@ -13,13 +13,15 @@ from course import (
     citations,
     gpucheck,
     grade,
+    hint,
     lock,
+    minibuild,
     mutant,
     outputs,
     upstream,
 )
 
-COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, book, lock)
+COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, minibuild, hint, book, lock)
 
 
 def build_parser() -> argparse.ArgumentParser:

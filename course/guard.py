@@ -103,7 +103,9 @@ def default_timeout() -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise pytest.UsageError(f"{TIMEOUT_ENV}={raw!r}: give a number of seconds (0 turns the limit off)") from None
+        raise pytest.UsageError(
+            f"{TIMEOUT_ENV}={raw!r}: give a number of seconds (0 turns the limit off)"
+        ) from None
     return value if value > 0 else None
 
 
@@ -265,10 +267,12 @@ def _describe_status(status: int) -> str:
     return f"exited with status {os.waitstatus_to_exitcode(status)} before reporting"
 
 
-def crash_message(status: int, stack: str) -> str:
+def crash_message(status: int, stack: str, hint: str = "") -> str:
+    """What a crashed test reports; ``hint`` (``@pytest.mark.crash_hint("...")``) names this test's usual cause."""
     stack = stack.strip()
     return (
-        f"{CRASH_TAG}: this test's process {_describe_status(status)} while it ran under the Triton "
+        (f"{CRASH_TAG}: {hint}\n\n" if hint else "")
+        + f"{CRASH_TAG}: this test's process {_describe_status(status)} while it ran under the Triton "
         f"interpreter (TRITON_INTERPRET=1). Most likely a tl.load or tl.store touched memory outside "
         f"its tensor: check every pointer's offsets (row/column strides, the block index times the "
         f"block size) and the mask that guards the tail, and give masked loads an `other=`. Only this "
@@ -386,7 +390,9 @@ def _run_isolated(item: pytest.Item, runtest: Callable[[], None], seconds: float
     except ValueError:
         result = None
     if result is None:
-        raise IsolatedCrash(crash_message(status, _stack_from(crash_file, header=False)))
+        marker = item.get_closest_marker("crash_hint")
+        hint = str(marker.args[0]) if marker and marker.args else ""
+        raise IsolatedCrash(crash_message(status, _stack_from(crash_file, header=False), hint))
     outcome = result["outcome"]
     if outcome == "passed":
         return

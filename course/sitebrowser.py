@@ -4,8 +4,9 @@ Not part of the CPU suite (its name does not match ``test_*.py``): CI runs it as
 ``python -m pytest course/sitebrowser.py`` (``make browser-test``). It builds the book, serves it
 on localhost and checks what a reader would notice: the home page loads without a console error,
 a lab page shows its starter, a key-concept card opens, a search for "block table" finds pages
-named by phase, citations link to the pinned commit, code fits the column at 1400 px, the
-sidebar folds, and a 400 px page never scrolls sideways.
+named by phase, citations link to the pinned commit, code fits the column at 1400 px, no table is
+cut off and no fixed arrow covers the content at 1400 px, the sidebar folds, a 400 px page never
+scrolls sideways, and a multi-panel figure stays readable at 400 px.
 
 The browser is the system one (``COURSE_CHROMIUM``, else ``chromium`` on PATH); Playwright never
 downloads its own. Without one it skips with the reason on a laptop, and fails in CI (``CI`` or
@@ -204,6 +205,61 @@ def test_no_code_line_is_cut_off_at_1400_px(browser, site):
         page = open_page(browser, site + rel, width=1400)
         assert overflowing_code(page) == [], f"{rel}: code wider than the column"
         page.close()
+
+
+TABLE_PAGES = tuple(
+    f"{phase.name}/01-deep-dive.html"
+    for phase in sorted(ROOT.glob("phase-*"))
+    if (phase / "01-deep-dive.md").is_file()
+)
+
+
+def test_no_table_is_cut_off_at_1400_px(browser, site):
+    cut = {}
+    for rel in TABLE_PAGES:
+        page = open_page(browser, site + rel, width=1400)
+        wide = page.evaluate(
+            """() => [...document.querySelectorAll('main .table-wrapper')]
+                .filter(w => w.scrollWidth > w.clientWidth + 1)
+                .map(w => `${w.scrollWidth} px in ${w.clientWidth}: ${w.innerText.slice(0, 60)}`)"""
+        )
+        if wide:
+            cut[rel] = wide
+        page.close()
+    assert not cut, f"tables wider than the column at 1400 px (they need a sideways scroll): {cut}"
+
+
+def test_no_fixed_arrow_covers_the_content_at_1400_px(browser, site):
+    for rel in ("phase-12-structured-outputs/01-deep-dive.html", LAB_PAGE):
+        page = open_page(browser, site + rel, width=1400)
+        covering = page.evaluate(
+            """() => { const m = document.querySelector('main').getBoundingClientRect();
+                return [...document.querySelectorAll('a.nav-chapters, .nav-wide-wrapper a')]
+                  .filter(a => getComputedStyle(a).display !== 'none' && a.offsetParent !== null)
+                  .map(a => a.getBoundingClientRect())
+                  .filter(r => r.width > 0 && r.left < m.right && r.right > m.left)
+                  .map(r => [Math.round(r.left), Math.round(r.right)]); }"""
+        )
+        assert covering == [], f"{rel}: previous/next arrows over the content at 1400 px: {covering}"
+        nxt = page.locator("a.mobile-nav-chapters.next").first
+        assert nxt.is_visible(), f"{rel}: the arrows at the foot of the page replace the side ones"
+        page.close()
+
+
+def test_a_multi_panel_figure_stays_readable_at_400_px(browser, site):
+    page = open_page(browser, site + "phase-09-sampling-and-decoding-algorithms/00-guide.html", width=400)
+    shown = page.evaluate(
+        """() => { const i = document.querySelector('main .checkbox-label > img[src$="sampling_knobs.svg"]');
+            return [Math.round(i.getBoundingClientRect().width), i.naturalWidth,
+                    document.documentElement.scrollWidth, document.documentElement.clientWidth]; }"""
+    )
+    width, natural, page_width, viewport = shown
+    assert width >= min(natural, 700), (
+        f"the seven-panel figure shows {width} px wide (natural {natural}): it should keep a readable size "
+        f"and scroll sideways in its own strip"
+    )
+    assert page_width <= viewport, "the figure's strip scrolls, never the page"
+    page.close()
 
 
 def test_a_400_px_page_does_not_scroll_sideways(browser, site):

@@ -7,6 +7,13 @@ need a sideways scroll. Paragraphs, headings, asides (blockquotes) and cards (``
 a readable measure (``PROSE_PX``), so code inside an aside has that much room; code, lists and
 tables get the full column. Generated output blocks (``.course-output``) wrap instead, since their lines come
 from a program, not an author.
+
+Three layout fixes the browser test (``course/sitebrowser.py``) holds us to: table cells wrap long
+code (a citation) instead of pushing the table past the column; mdBook's fixed side arrows
+(previous / next chapter), which at 1400 px sit on top of the content's edges, give way to the
+arrows at the foot of the page; and on a phone a figure keeps a readable size (up to
+``FIGURE_NARROW_MAX_PX``) inside its own sideways-scrolling strip instead of shrinking a
+seven-panel chart to the screen's width (the page itself never scrolls sideways).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ CHAR_PX = CODE_FONT_PX * 0.6  # Source Code Pro: every glyph advances 0.6 em
 CODE_PAD_PX = 12  # inside a code block, each side (mdBook's is about 10 px at 13 px)
 NEST_PX = 40  # one level of list item or blockquote indentation
 NARROW_PX = 600  # at or below this width tables reflow (the glossary on a phone)
+FIGURE_NARROW_MAX_PX = 1100  # on a phone a figure shows at its own size up to this, scrolling sideways
 
 
 def code_columns(nesting: int = 0, in_aside: bool = False) -> int:
@@ -35,7 +43,13 @@ CSS = f"""\
 .content main > :is(p, dl, h1, h2, h3, h4, h5, h6, blockquote, details) {{ max-width: {PROSE_PX}px; }}
 pre > code, pre > code.hljs {{ font-size: {CODE_FONT_PX}px; }}
 .course-output pre > code {{ white-space: pre-wrap; overflow-wrap: anywhere; }}
+.table-wrapper td code {{ white-space: normal; overflow-wrap: anywhere; }}
+.table-wrapper td {{ overflow-wrap: anywhere; }}
+.nav-wide-wrapper {{ display: none; }}
+.nav-wrapper {{ display: block; }}
 @media (max-width: {NARROW_PX}px) {{
+  .content .checkbox-label {{ overflow-x: auto; }}
+  .content .checkbox-label > img {{ max-width: {FIGURE_NARROW_MAX_PX}px; width: auto; }}
   .table-wrapper table {{ width: 100%; }}
   .table-wrapper td, .table-wrapper th {{ overflow-wrap: break-word; hyphens: auto; padding: 3px 6px; }}
   .table-wrapper td code {{ white-space: normal; overflow-wrap: anywhere; }}

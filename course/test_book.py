@@ -198,3 +198,61 @@ def test_citations_already_inside_a_link_are_left_alone(tmp_path: Path):
         f"[{cite}-140]({GITHUB_BLOB}vllm/v1/core/block_pool.py#L130-L140) (BlockPool)"
     ), "a range citation links the range"
     assert linker.cited == 1
+
+
+def test_search_leaves_out_output_blocks_code_and_reference_tables():
+    from course.book import strip_for_search
+
+    page = (
+        "# Title\n\nProse with `allocate_slots`.\n\n"
+        '<!-- output: python x.py -->\n<div class="course-output">\n\n```text\n42 blocks\n```\n\n</div>\n'
+        "<!-- /output -->\n\n```python\nkth = 1\n```\n\n"
+        "| mini | upstream |\n|---|---|\n| a | `v/a.py:1 — A` |\n| b | `v/b.py:2 — B` |\n\n"
+        "| Test | checks |\n|---|---|\n| `test_x` | x |\n\n"
+        "| Lab | what |\n|---|---|\n| 01 | blocks |\n"
+    )
+    out = strip_for_search(page)
+    assert "allocate_slots" in out and "# Title" in out and "| 01 | blocks |" in out
+    assert "42 blocks" not in out and "kth = 1" not in out
+    assert "v/a.py" not in out and "test_x" not in out
+
+
+def test_slim_index_keeps_words_drops_breadcrumbs_and_numbers():
+    import json
+
+    from course.book import SEARCH_PREFIX, SEARCH_SUFFIX, slim_index_js
+
+    def node(docs=None, **children):
+        return {"docs": docs or {}, "df": len(docs or {}), **children}
+
+    data = {
+        "search_options": {
+            "fields": {"body": {"boost": 1}, "breadcrumbs": {"boost": 1}, "title": {"boost": 2}}
+        },
+        "index": {
+            "fields": ["body", "breadcrumbs", "title"],
+            "index": {
+                "body": {
+                    "root": node(
+                        k=node(v=node({"3": {"tf": 1.4142135623730951}})), **{"4": node({"1": {"tf": 1.0}})}
+                    )
+                },
+                "breadcrumbs": {"root": node(p=node({"1": {"tf": 1.0}}))},
+                "title": {"root": node()},
+            },
+            "documentStore": {"docs": {"1": {"body": "it's a \\ path", "breadcrumbs": "Phase » kv"}}},
+        },
+    }
+    raw = json.dumps(data).replace("\\", "\\\\").replace("'", "\\'")
+    out = slim_index_js(SEARCH_PREFIX + raw + SEARCH_SUFFIX)
+    import re
+
+    back = json.loads(
+        re.sub(r"\\(.)", r"\1", out.strip()[len(SEARCH_PREFIX) : -len(SEARCH_SUFFIX)], flags=re.S)
+    )
+    index = back["index"]
+    assert "breadcrumbs" not in index["index"] and "breadcrumbs" not in back["search_options"]["fields"]
+    assert index["fields"] == ["body", "title"]
+    body = index["index"]["body"]["root"]
+    assert body["k"]["v"]["docs"] == {"3": {"tf": 1.414}} and "4" not in body, "words stay, numbers go"
+    assert index["documentStore"]["docs"]["1"]["body"] == "it's a \\ path", "the JS escapes round-trip"

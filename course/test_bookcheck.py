@@ -121,11 +121,14 @@ def test_titles_must_be_unique_and_name_their_phase():
 - [Deep dive](phase-02-x/01-deep-dive.md)
 - [Phase 02 · Guide](phase-02-x/labs/README.md)
 - [Phase 08 · Planned]()
+- [Phase 02 · Lab 01 — Phase 02: blocks](phase-02-x/labs/lab-01-y/README.md)
 """
     found = [str(p) for p in bookcheck.check_titles(summary)]
     assert found == [
         "phase-02-x/01-deep-dive.md: title 'Deep dive' must name its phase ('Phase 02 · …')",
         "phase-02-x/labs/README.md: title 'Phase 02 · Guide' is also the title of phase-02-x/00-guide.md",
+        "phase-02-x/labs/lab-01-y/README.md: title 'Phase 02 · Lab 01 — Phase 02: blocks' names its phase "
+        "twice: drop it from the page's heading",
     ]
 
 
@@ -146,3 +149,27 @@ def test_a_citation_link_must_land_on_a_line_of_a_file_in_upstream(tmp_path: Pat
     assert "run `make upstream`" in check_pinned(PIN + "vllm/v1/pool.py#L1", PIN, tmp_path / "missing"), (
         "without the tree the check must fail, never skip"
     )
+
+
+def test_a_learners_long_line_in_starter_never_fails_the_site(tmp_path: Path):
+    import subprocess
+
+    from course.booksrc import shipped_starter
+
+    lab = tmp_path / "phase-00-x" / "labs" / "lab-01-y"
+    lab.mkdir(parents=True)
+    shipped = 'def f():\n    raise NotImplementedError("write f")\n'
+    (lab / "starter.py").write_text(shipped)
+    (lab / "README.md").write_text("# Lab 01\n")
+    for args in (
+        ["init", "-q"],
+        ["add", "."],
+        ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"],
+    ):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    (lab / "starter.py").write_text("def f():\n    return " + "1 + " * 60 + "1\n")  # the learner's work
+    rel = "phase-00-x/labs/lab-01-y/README.md"
+    assert bookcheck.check_pages(tmp_path, [rel]) == [], (
+        "the site checks the shipped starter, not the learner's"
+    )
+    assert shipped_starter(lab / "starter.py", tmp_path) == shipped

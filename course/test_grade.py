@@ -77,3 +77,21 @@ def test_grade_reports_labs_in_folder_order_whatever_finishes_first(
         "lab-02-second",
         "lab-03-third",
     ], "progress must follow the one lab order (folder numbers), not completion order"
+
+
+def test_attempted_and_the_slow_tests_a_done_lab_left_out():
+    failed, passed = CaseResult("b", "failed"), CaseResult("a", "passed")
+    assert grade.status(LabRun("starter", 1, [failed]), edited=True) == "attempted", (
+        "a starter the learner changed that passes nothing is attempted, not 'not started'"
+    )
+    assert grade.status(LabRun("starter", 1, [failed]), edited=False) == "not started"
+    done = LabRun("starter", 0, [passed], output="1 passed, 2 deselected in 0.1s")
+    assert grade.status(done) == "done (2 slow/engine test(s) not run: make test-slow)"
+    assert grade.status(LabRun("starter", 0, [passed], output="1 passed in 0.1s")) == "done"
+
+
+def test_grade_prints_a_summary_line_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    make_lab(tmp_path, name="lab-01-finished", starter=SOLUTION)
+    assert grade.run(argparse.Namespace(phases=[], jobs=1, strict=False, root=tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert out.index("Summary: 1/1 labs done") < out.index("Phase 00"), "the one-line summary comes first"

@@ -222,3 +222,11 @@ def test_a_run_that_outlives_the_backstop_is_a_failed_run_not_a_broken_lab(tmp_p
     run = run_lab(lab, tmp_path, "starter", impl="starter", timeout=7)
     assert run.returncode == 124 and run.timed_out and run.failed and not run.collection_error
     assert "did not finish in 7s" in run.tests[0].message and TIMEOUT_TAG in run.summary()
+
+
+def test_a_crash_hint_comes_first_in_the_crash_message():
+    from course.guard import crash_message
+
+    text = crash_message(0, "", "cast the row index to int64")
+    assert text.startswith("crashed: cast the row index to int64"), text
+    assert "Triton interpreter" in text, "the general advice still follows the hint"

@@ -102,7 +102,7 @@ def plot(path: Path) -> None:
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel("k (num_speculative_tokens)")
     ax.set_ylabel("speedup over plain decoding")
-    ax.set_title("Speculative decoding pays while α^k > c·E[tokens] (dashed: c = 0.3)")
+    ax.set_title("The k-th draft pays while α^k > c·speedup(k − 1) (dashed: c = 0.3)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -118,6 +118,20 @@ def test_optimal_k_ties_go_to_the_smaller_k():
     )
 
 
+def test_the_kth_draft_pays_exactly_when_alpha_to_the_k_beats_c_times_the_previous_speedup():
+    # speedup(k) > speedup(k - 1)  <=>  alpha**k > c * speedup(k - 1): the figure's title, on a grid.
+    for alpha in (0.3, 0.5, 0.7, 0.8, 0.9):
+        for c in (0.05, 0.1, 0.3, 0.5):
+            for k in range(1, 7):
+                prev, cur = lab.speedup(alpha, k - 1, c), lab.speedup(alpha, k, c)
+                if abs(alpha**k - c * prev) < 1e-9:
+                    continue  # the boundary itself: equal speedups, either answer is rounding
+                assert (cur > prev) == (alpha**k > c * prev), (
+                    f"alpha={alpha}, c={c}: the draft at k={k} adds alpha^k = {alpha**k:.4f} expected tokens and "
+                    f"costs c x speedup(k-1) = {c * prev:.4f}; speedup went {prev:.4f} -> {cur:.4f}"
+                )
+
+
 def test_reading_a_log_back_into_alpha():
     alpha = lab.alpha_from_tokens_per_verify(3.8, 5)
     assert alpha == pytest.approx(0.8126, abs=5e-4), (

@@ -4,7 +4,8 @@ Every function takes a batch of logits ``(B, V)`` and one knob per row, and retu
 (the input is never edited). A removed token is ``-inf``. ``process`` chains the stages in the
 order of ``vllm/v1/sample/sampler.py``; ``sample`` draws one token per row from its own generator.
 Write the seven functions that raise ``NotImplementedError``; ``softmax`` and the four stages
-imported from ``mini_vllm.sampler`` are provided.
+imported from ``mini_vllm.sampler`` are provided. Each message says what to do in words; when you
+are stuck, ``python -m course hint 09-01`` lists code-level hints (they give the trick away).
 Grade with: LAB_IMPL=starter pytest phase-09-sampling-and-decoding-algorithms/labs/lab-01-sampling-ops -q
 """
 
@@ -41,7 +42,8 @@ def apply_top_k(logits: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Keep every logit ``>=`` the row's k-th largest (ties at the cut all survive); ``k <= 0`` or
     ``k >= V`` leaves the row alone."""
     raise NotImplementedError(
-        "for rows with 0 < k < V: kth = np.sort(row)[V - k]; set logits < kth to -inf (ties at kth survive)"
+        "for rows with 0 < k < V: find the row's k-th largest value, then remove only the logits strictly "
+        "below it, so every tie at the cut survives (hint 1)"
     )
 
 
@@ -50,8 +52,8 @@ def apply_top_p(logits: np.ndarray, p: np.ndarray) -> np.ndarray:
     first), whose probabilities sum to at least ``p``: the token that crosses ``p`` stays, an exact
     hit stops there. ``p = 1`` leaves the row alone."""
     raise NotImplementedError(
-        "probs = softmax(logits); per row with p < 1: order = argsort(-probs, "
-        "kind='stable'), keep the first (cum < p).sum() + 1"
+        "per row with p < 1: walk the tokens from most to least probable (ties: lowest id first) adding "
+        "probabilities; keep every token before the sum reaches p, and the one that makes it reach p (hint 2)"
     )
 
 
@@ -74,8 +76,8 @@ def apply_penalties(
     a zero or negative one times ``r``), then ``- frequency * count in the output``, then
     ``- presence`` once for any id in the output."""
     raise NotImplementedError(
-        "count output ids per row (np.add.at), seen = prompt ids | output ids; "
-        "repetition on seen, then frequency * count, then presence"
+        "count each id's occurrences in the row's output; seen = in the prompt or the output; "
+        "repetition on seen, then frequency * count, then presence (hint 4)"
     )
 
 
@@ -89,8 +91,18 @@ def process(
     """The whole pipeline in vLLM's order. Greedy rows stop after the penalties (their argmax is
     taken there); random rows go on through temperature, min-p, top-k and top-p.
 
-    The first four stages are provided by ``mini_vllm.sampler``: allowed ids, bad words,
-    min-tokens (stop ids and ``eos_token_id`` masked until ``min_tokens`` outputs), logit bias.
+    The first four stages are provided by ``mini_vllm.sampler``; each edits ``logits`` in place
+    and returns it:
+
+    * ``apply_allowed_token_ids(logits, allowed: Sequence[Sequence[int] | None])``: one entry per
+      row (``params[i].allowed_token_ids``, ``None`` = no limit);
+    * ``apply_bad_words(logits, bad_words: dict[int, Sequence[Sequence[int]]], past_tokens)``:
+      row index -> that row's ``bad_words_token_ids``; ``past_tokens`` = the outputs so far;
+    * ``apply_min_tokens(logits, rows: Sequence[int], stop_ids: Sequence[Sequence[int]])``: the
+      rows with fewer than ``min_tokens`` outputs, and for each its stop ids (plus
+      ``eos_token_id`` unless ``ignore_eos``);
+    * ``apply_logit_bias(logits, biases: dict[int, Sequence[tuple[int, float]]])``: row index ->
+      that row's ``logit_bias`` (``(token id, bias)`` pairs).
     """
     raise NotImplementedError(
         "allowed ids, bad words, min-tokens, logit bias (provided), your penalties; "
@@ -110,8 +122,8 @@ def sample(
     randomness used. Random rows, in row order: ``u = generator.random()`` (``None``: a fresh
     ``default_rng(seed)``), then the first id whose cumulative probability exceeds ``u``."""
     raise NotImplementedError(
-        "process(), then per row: greedy -> argmax; else u = (g or "
-        "default_rng(seed)).random(), token = (cdf / cdf[-1] <= u).sum()"
+        "process(), then per row: greedy -> argmax; else draw one uniform u from the row's generator (or a "
+        "fresh one seeded with params.seed) and return the first id whose cumulative probability exceeds u (hint 3)"
     )
 
 

@@ -93,25 +93,55 @@ def test_extreme_logits_stay_finite():
     assert lab.sample(x, [SamplingParams(seed=0)] * 2, [None, None]) in ([0, 0], [1, 0])
 
 
+def _broken_stage():
+    """The first stage that is wrong on its own (small known cases), or None: an order failure is
+    only the order's fault when every stage it chains is right by itself."""
+    x = np.log([[0.5, 0.3, 0.2]])
+    checks = {
+        "apply_temperature": lambda: np.allclose(lab.apply_temperature(x, np.array([2.0])), x / 2),
+        "apply_penalties": lambda: lab.apply_penalties(
+            np.array([[1.0, 0.0]]), [[0]], [[]], np.zeros(1), np.zeros(1), np.array([2.0])
+        )[0, 0] == 0.5,
+        "apply_min_p": lambda: kept(lab.apply_min_p(x, np.array([0.5]))) == [[True, True, False]],
+        "apply_top_k": lambda: kept(lab.apply_top_k(x, np.array([2]))) == [[True, True, False]],
+        "apply_top_p": lambda: kept(lab.apply_top_p(x, np.array([0.6]))) == [[True, True, False]]
+        and kept(lab.apply_top_p(x, np.array([0.5]))) == [[True, False, False]],
+    }
+    for name, check in checks.items():
+        try:
+            if not check():
+                return name
+        except Exception:  # noqa: BLE001 - a stage that raises is a broken stage
+            return name
+    return None
+
+
+def _order_message(order_claim):
+    broken = _broken_stage()
+    if broken:
+        return f"{broken} is wrong on its own (its own test says how): fix it first; the order may be fine"
+    return order_claim
+
+
 def test_pipeline_order_is_vllms():
     # logit bias before repetition: (1 + 1) / 2 = 1, not 1/2 + 1
     sp = SamplingParams(temperature=0, logit_bias={0: 1.0}, repetition_penalty=2.0)
-    assert lab.process(np.array([[1.0, 0.0]]), [sp], [[0]], [[]])[0, 0] == 1.0, (
+    assert lab.process(np.array([[1.0, 0.0]]), [sp], [[0]], [[]])[0, 0] == 1.0, _order_message(
         "logit bias comes before penalties"
     )
     # temperature before min-p: T=10 flattens [.5,.3,.2] so min_p=.5 keeps all three
     sp = SamplingParams(temperature=10.0, min_p=0.5)
-    assert kept(lab.process(np.log([[0.5, 0.3, 0.2]]), [sp], [[]], [[]])) == [[True] * 3], (
+    assert kept(lab.process(np.log([[0.5, 0.3, 0.2]]), [sp], [[]], [[]])) == [[True] * 3], _order_message(
         "temperature before min-p"
     )
     # min-p before top-p: min_p .75 leaves {0,1} at [.5,.5]; top_p .5 then keeps token 0 only
     sp = SamplingParams(min_p=0.75, top_p=0.5)
     row = np.log([[0.25, 0.25, 0.125, 0.125, 0.125, 0.125]])
-    assert kept(lab.process(row, [sp], [[]], [[]])) == [[True] + [False] * 5], "min-p before top-p"
+    assert kept(lab.process(row, [sp], [[]], [[]])) == [[True] + [False] * 5], _order_message("min-p before top-p")
     # top-k before top-p: k=2 leaves [.5,.3] -> [.625,.375]; top_p .6 keeps token 0 only
     sp = SamplingParams(top_k=2, top_p=0.6)
     assert kept(lab.process(np.log([[0.5, 0.3, 0.2]]), [sp], [[]], [[]])) == [[True, False, False]], (
-        "top-k before top-p (top-p first would keep tokens 0 and 1)"
+        _order_message("top-k before top-p (top-p first would keep tokens 0 and 1)")
     )
 
 

@@ -74,16 +74,20 @@ def tp_comm_time_per_step(
     num_layers: int = LAYERS_8B,
     dtype_bytes: int = 2,
     allreduces_per_layer: int = 2,
+    embedding_allreduces: int = 1,
 ) -> float:
-    """All-reduce time of one forward step: ``num_layers × allreduces_per_layer`` all-reduces.
+    """All-reduce time of one forward step: ``num_layers × allreduces_per_layer + embedding_allreduces``.
 
     Two per layer: the attention output projection and the MLP down projection (each the row
-    half of a column → row pair).
+    half of a column → row pair). One more for the vocabulary-parallel embedding: each rank looks
+    up only the ids in its shard and the sum fills in the rest. A 32-layer model: 2 × 32 + 1 = 65.
     """
     _positive("num_layers", num_layers)
     _positive("allreduces_per_layer", allreduces_per_layer, allow_zero=True)
+    _positive("embedding_allreduces", embedding_allreduces, allow_zero=True)
     payload = allreduce_payload_bytes(batch_tokens, hidden, dtype_bytes)
-    return num_layers * allreduces_per_layer * allreduce_time_s(payload, num_ranks, link)
+    count = num_layers * allreduces_per_layer + embedding_allreduces
+    return count * allreduce_time_s(payload, num_ranks, link)
 
 
 def comm_fraction(compute_s: float, comm_s: float) -> float:
@@ -123,7 +127,7 @@ def main() -> None:
     decode, prefill = allreduce_payload_bytes(1, HIDDEN_8B), allreduce_payload_bytes(2048, HIDDEN_8B)
     print(f"8B model (hidden {HIDDEN_8B}, {LAYERS_8B} layers, bf16): payload per all-reduce")
     print(f"  decode, 1 token: {decode:,} B   prefill chunk, 2048 tokens: {prefill:,} B")
-    print(f"  {LAYERS_8B} layers x 2 all-reduces = {LAYERS_8B * 2} all-reduces per step")
+    print(f"  {LAYERS_8B} layers x 2 all-reduces + 1 (the embedding) = {LAYERS_8B * 2 + 1} all-reduces per step")
     print("ring traffic per rank, in payloads: " + "  ".join(
         f"N={n}: {ring_allreduce_traffic_per_rank(1, n):.3f}" for n in (1, 2, 4, 8, 64)))
     print(f"\nPREDICTED decode step at batch 1 (compute {DECODE_STEP_S * 1e3:.0f} ms, no overlap):")
@@ -132,7 +136,7 @@ def main() -> None:
         link = LINKS[key]
         for n in (2, 4, 8):
             comm = tp_comm_time_per_step(1, n, link)
-            lat = LAYERS_8B * 2 * 2 * (n - 1) * link.latency_s
+            lat = (LAYERS_8B * 2 + 1) * 2 * (n - 1) * link.latency_s
             print(f"{link.name:<24} | {n:>2} | {comm * 1e3:>12.3f} | {lat * 1e3:>15.3f} |"
                   f" {comm_fraction(DECODE_STEP_S, comm):>8.1%} | {tp_comm_time_per_step(2048, n, link) * 1e3:>9.2f}")
     eth = LINKS["ethernet"]

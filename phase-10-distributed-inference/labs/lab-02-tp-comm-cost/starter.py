@@ -5,6 +5,7 @@ each moving 1/N of the payload. Time = bytes on the wire / bandwidth + hops × p
 Every link figure here is a datasheet or rule-of-thumb number, so every time this lab prints is
 *predicted* by that formula, not measured.
 Grade with: LAB_IMPL=starter pytest phase-10-distributed-inference/labs/lab-02-tp-comm-cost -q
+Stuck? ``python -m course hint 10-02`` shows code-level hints, one at a time.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def allreduce_payload_bytes(batch_tokens: int, hidden: int, dtype_bytes: int = 2
 def ring_allreduce_traffic_per_rank(payload_bytes: float, num_ranks: int) -> float:
     """Bytes each rank sends in a ring all-reduce: ``2 (N - 1) / N × payload`` (0 when alone)."""
     raise NotImplementedError(
-        'ring_allreduce_traffic_per_rank: check with _positive and _ranks, then reduce-scatter + all-gather '
-        'each send (N-1)/N of the payload: 2 * (N - 1) * payload / N'
+        'ring_allreduce_traffic_per_rank: check with _positive and _ranks, then add what one rank sends in the '
+        'reduce-scatter and in the all-gather: N - 1 hops each, one N-th of the payload per hop (hint 1)'
     )
 
 
@@ -65,7 +66,7 @@ def allreduce_time_s(payload_bytes: float, num_ranks: int, link: Link) -> float:
     """Predicted time of one ring all-reduce: traffic / bandwidth + ``2 (N - 1)`` hop latencies."""
     raise NotImplementedError(
         'allreduce_time_s: check link.bandwidth_bytes_per_s (> 0) and link.latency_s (>= 0) by those names, '
-        'then traffic / bandwidth + 2 * (N - 1) hops * latency'
+        'then a bandwidth term (the traffic at the link speed) plus one latency per sequential hop (hint 2)'
     )
 
 
@@ -77,15 +78,18 @@ def tp_comm_time_per_step(
     num_layers: int = LAYERS_8B,
     dtype_bytes: int = 2,
     allreduces_per_layer: int = 2,
+    embedding_allreduces: int = 1,
 ) -> float:
-    """All-reduce time of one forward step: ``num_layers × allreduces_per_layer`` all-reduces.
+    """All-reduce time of one forward step: ``num_layers × allreduces_per_layer + embedding_allreduces``.
 
     Two per layer: the attention output projection and the MLP down projection (each the row
-    half of a column → row pair).
+    half of a column → row pair). One more for the vocabulary-parallel embedding: each rank looks
+    up only the ids in its shard and the sum fills in the rest. A 32-layer model: 2 × 32 + 1 = 65.
     """
     raise NotImplementedError(
-        'tp_comm_time_per_step: check num_layers (> 0) and allreduces_per_layer (>= 0), then num_layers '
-        '* allreduces_per_layer * allreduce_time_s(payload of batch_tokens rows, num_ranks, link)'
+        'tp_comm_time_per_step: check num_layers (> 0), allreduces_per_layer and embedding_allreduces (>= 0), '
+        'count the step\'s all-reduces (the layers\' and the embedding\'s), each one allreduce_time_s of a '
+        'batch_tokens-row payload'
     )
 
 
@@ -105,8 +109,8 @@ def latency_bandwidth_crossover_tokens(num_ranks: int, link: Link, hidden: int =
     """
     raise NotImplementedError(
         "latency_bandwidth_crossover_tokens: refuse num_ranks == 1 ('crossover'); the smallest integer k >= 1 whose "
-        "bandwidth term (ring traffic of k tokens' payload / bandwidth) reaches 2(N-1) * latency; start from "
-        "math.ceil of the ratio and step down/up so a float ceiling can not land one off"
+        "bandwidth term reaches the latency term; a ratio rounded up can land one off in floating point, so "
+        "confirm the answer against its neighbours (hint 3)"
     )
 
 
@@ -114,7 +118,7 @@ def main() -> None:
     decode, prefill = allreduce_payload_bytes(1, HIDDEN_8B), allreduce_payload_bytes(2048, HIDDEN_8B)
     print(f"8B model (hidden {HIDDEN_8B}, {LAYERS_8B} layers, bf16): payload per all-reduce")
     print(f"  decode, 1 token: {decode:,} B   prefill chunk, 2048 tokens: {prefill:,} B")
-    print(f"  {LAYERS_8B} layers x 2 all-reduces = {LAYERS_8B * 2} all-reduces per step")
+    print(f"  {LAYERS_8B} layers x 2 all-reduces + 1 (the embedding) = {LAYERS_8B * 2 + 1} all-reduces per step")
     print("ring traffic per rank, in payloads: " + "  ".join(
         f"N={n}: {ring_allreduce_traffic_per_rank(1, n):.3f}" for n in (1, 2, 4, 8, 64)))
     print(f"\nPREDICTED decode step at batch 1 (compute {DECODE_STEP_S * 1e3:.0f} ms, no overlap):")
@@ -123,7 +127,7 @@ def main() -> None:
         link = LINKS[key]
         for n in (2, 4, 8):
             comm = tp_comm_time_per_step(1, n, link)
-            lat = LAYERS_8B * 2 * 2 * (n - 1) * link.latency_s
+            lat = (LAYERS_8B * 2 + 1) * 2 * (n - 1) * link.latency_s
             print(f"{link.name:<24} | {n:>2} | {comm * 1e3:>12.3f} | {lat * 1e3:>15.3f} |"
                   f" {comm_fraction(DECODE_STEP_S, comm):>8.1%} | {tp_comm_time_per_step(2048, n, link) * 1e3:>9.2f}")
     eth = LINKS["ethernet"]

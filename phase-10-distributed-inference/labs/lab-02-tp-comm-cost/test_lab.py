@@ -35,8 +35,12 @@ def test_ring_traffic_formula():
 
 def test_decode_step_comm_on_nvlink_is_noise():
     comm = lab.tp_comm_time_per_step(1, 2, link(*NVL))
-    assert math.isclose(comm, 64 * (8192 / 450e9 + 2 * 3e-6), rel_tol=1e-12), (
-        f"64 all-reduces x (8 KiB / 450 GB/s + 2 hops x 3 us), got {comm}"
+    assert math.isclose(comm, 65 * (8192 / 450e9 + 2 * 3e-6), rel_tol=1e-12), (
+        f"65 all-reduces (2 per layer x 32 + the embedding's) x (8 KiB / 450 GB/s + 2 hops x 3 us), got {comm}"
+    )
+    layers_only = lab.tp_comm_time_per_step(1, 2, link(*NVL), embedding_allreduces=0)
+    assert math.isclose(layers_only, 64 * (8192 / 450e9 + 2 * 3e-6), rel_tol=1e-12), (
+        f"embedding_allreduces=0 leaves the layers' 64, got {layers_only}"
     )
     assert comm < 1e-3, f"TP=2 decode comm on NVLink should be well under 1 ms, got {comm * 1e3:.3f} ms"
     assert lab.comm_fraction(8e-3, comm) < 0.10, "under 10% of an 8 ms decode step"
@@ -44,8 +48,8 @@ def test_decode_step_comm_on_nvlink_is_noise():
 
 def test_decode_step_comm_on_ethernet_is_fatal():
     latency_only = lab.tp_comm_time_per_step(1, 2, link(1e30, 50e-6))
-    assert math.isclose(latency_only, 64 * 2 * 50e-6, rel_tol=1e-9), (
-        f"latency alone: 64 all-reduces x 2(N-1) = 2 hops x 50 us = 6.4 ms, got {latency_only * 1e3:.3f} ms"
+    assert math.isclose(latency_only, 65 * 2 * 50e-6, rel_tol=1e-9), (
+        f"latency alone: 65 all-reduces x 2(N-1) = 2 hops x 50 us = 6.5 ms, got {latency_only * 1e3:.3f} ms"
     )
     comm = lab.tp_comm_time_per_step(1, 2, link(*ETH))
     assert lab.comm_fraction(8e-3, comm) > 0.40, f"10 GbE TP=2 should eat > 40% of the step, got {comm * 1e3:.2f} ms"
@@ -81,14 +85,18 @@ def test_comm_fraction_is_share_of_the_whole_step():
 
 def test_every_parameter_scales_the_bill():
     base = lab.tp_comm_time_per_step(16, 2, link(*ETH), hidden=4096, num_layers=32, dtype_bytes=2)
-    lat = 64 * 2 * ETH[1]
+    lat = 65 * 2 * ETH[1]  # 2 x 32 layers + the embedding's, 2 hops each
     bw_part = base - lat
     for kwargs, factor in [({"hidden": 8192}, 2), ({"dtype_bytes": 4}, 2)]:
         got = lab.tp_comm_time_per_step(16, 2, link(*ETH), **kwargs) - lat
         assert math.isclose(got, factor * bw_part, rel_tol=1e-9), f"{kwargs} doubles the bandwidth part only"
-    assert math.isclose(lab.tp_comm_time_per_step(16, 2, link(*ETH), num_layers=80), base * 80 / 32, rel_tol=1e-12)
-    assert math.isclose(lab.tp_comm_time_per_step(16, 2, link(*ETH), allreduces_per_layer=1), base / 2, rel_tol=1e-12)
-    assert lab.tp_comm_time_per_step(16, 2, link(*ETH), allreduces_per_layer=0) == 0
+    one = base / 65  # one all-reduce of this payload
+    assert math.isclose(lab.tp_comm_time_per_step(16, 2, link(*ETH), num_layers=80), 161 * one, rel_tol=1e-12)
+    assert math.isclose(lab.tp_comm_time_per_step(16, 2, link(*ETH), allreduces_per_layer=1), 33 * one, rel_tol=1e-12)
+    assert math.isclose(lab.tp_comm_time_per_step(16, 2, link(*ETH), allreduces_per_layer=0), one, rel_tol=1e-12), (
+        "no per-layer all-reduces still leaves the embedding's one"
+    )
+    assert lab.tp_comm_time_per_step(16, 2, link(*ETH), allreduces_per_layer=0, embedding_allreduces=0) == 0
 
 
 def test_latency_bandwidth_crossover_is_exact():

@@ -3,7 +3,7 @@
 ``p`` stages (one GPU each, a contiguous range of layers) and ``m`` microbatches. Every
 microbatch takes one tick per stage, in stage order, and a stage works on one microbatch at a
 time. Microbatch b is at stage s at tick ``s + b``; the grid is ``p × (p + m − 1)`` cells, of
-which ``m · p`` do work.
+which ``m · p`` do work. Stuck? ``python -m course hint 10-03`` shows code-level hints.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def pipeline_total_ticks(num_stages: int, num_microbatches: int) -> int:
 def bubble_fraction(num_stages: int, num_microbatches: int) -> float:
     """Idle share of the ``p × ticks`` grid: ``(p − 1) / (p + m − 1)``."""
     raise NotImplementedError(
-        'bubble_fraction: _check, then 1 - useful/capacity with useful = m*p and capacity = p*(p+m-1), i.e. (p-1)/(p+m-1)'
+        'bubble_fraction: _check, then 1 - useful / capacity: count the stage-ticks that do work and the '
+        'stage-ticks the whole run occupies (hint 1)'
     )
 
 
@@ -53,8 +54,8 @@ def min_microbatches_for_bubble(num_stages: int, budget: float) -> int:
     """
     raise NotImplementedError(
         "min_microbatches_for_bubble: validate the budget (ValueError outside [0, 1]; budget 0 with p > "
-        "1 is 'never' met), start from ceil((p-1)(1/budget-1)), then step down while m-1 still meets the "
-        "budget and up while m misses it, using bubble_fraction"
+        "1 is 'never' met), solve bubble_fraction(p, m) <= budget for m, then confirm with bubble_fraction "
+        "itself, since a rounded-up float can land one off (hint 2)"
     )
 
 

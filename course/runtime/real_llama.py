@@ -86,6 +86,7 @@ class Loaded:
 def loaded(seed: int = 0, **hf_overrides: Any) -> Loaded:
     """vLLM's ``LlamaForCausalLM`` after ``load_weights`` read a seeded Hugging Face Llama's state dict."""
     from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
     from vllm.model_executor.models.llama import LlamaForCausalLM
 
     vc = vllm_config(**hf_overrides)
@@ -95,4 +96,7 @@ def loaded(seed: int = 0, **hf_overrides: Any) -> Loaded:
         hf = hf_model(vc.model_config.hf_config, seed)
         state = {k: v.detach().clone() for k, v in hf.state_dict().items()}
         names = model.load_weights(iter(state.items()))
+        # what the model loader does next: each layer's quant method prepares its weights (on CPU, the
+        # unquantized linear picks its GEMM here; without this step a forward fails)
+        process_weights_after_loading(model, vc.model_config, torch.device("cpu"))
     return Loaded(model.eval(), hf, set(names), state, vc)

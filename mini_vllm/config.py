@@ -284,3 +284,102 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
         lora_config=LoRAConfig(**lora_args) if enable_lora else None,
         speculative_config=speculative,
     )
+
+
+_MODEL_DTYPES = ("float32",)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The model a checkpoint directory describes (vllm/config/model.py:117 — ModelConfig).
+
+    ``ModelConfig(model="build/tiny-llama")`` reads ``model/config.json`` into ``hf_config`` (a
+    plain dict) and derives: ``architectures`` (what ``ModelRegistry`` resolves), ``vocab_size``,
+    ``eos_token_ids`` (``eos_token_id`` may be one id or a list; ``eos_token_id`` is the first),
+    ``max_position_embeddings`` and ``max_model_len``: the given one, or the model's
+    ``max_position_embeddings`` when not given; asking for more is refused, as
+    vllm/config/model.py:2119 — _get_and_verify_max_len does. ``hf_config=`` instead of a directory describes a model that
+    has no files (the toy: ``{"architectures": ["ToyForCausalLM"], "vocab_size": 257}``).
+    ``dtype`` is ``"float32"`` only: mini's numpy models compute in float32.
+    Left out: the hub, revisions, ``trust_remote_code``, generation_config.json, RoPE-scaling
+    length rules, sliding windows, quantization, runner / convert types, multimodal settings.
+    """
+
+    model: Any = None
+    max_model_len: int | None = None
+    dtype: str = "float32"
+    hf_config: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        import json
+        from pathlib import Path
+
+        if self.dtype not in _MODEL_DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not supported; mini_vllm computes in {_MODEL_DTYPES}")
+        hf_config = self.hf_config
+        if hf_config is None:
+            if self.model is None:
+                raise ValueError("ModelConfig needs a model directory (model=...) or an hf_config dict")
+            path = Path(self.model)
+            if not path.is_dir():
+                raise FileNotFoundError(f"model directory {str(path)!r} does not exist")
+            config_file = path / "config.json"
+            if not config_file.is_file():
+                raise FileNotFoundError(
+                    f"{str(path)!r} has no config.json: not a Hugging Face model directory"
+                )
+            try:
+                hf_config = json.loads(config_file.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise ValueError(f"{config_file}: not valid JSON ({exc})") from None
+            object.__setattr__(self, "model", path)
+        if not isinstance(hf_config, dict):
+            raise TypeError(
+                f"hf_config must be a dict (a parsed config.json), got {type(hf_config).__name__}"
+            )
+        object.__setattr__(self, "hf_config", hf_config)
+        archs = hf_config.get("architectures")
+        if not archs or not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise ValueError(
+                f"config.json must name the model class in 'architectures' (a list of str), got {archs!r}"
+            )
+        vocab = hf_config.get("vocab_size")
+        if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 2:
+            raise ValueError(f"config.json's vocab_size must be an int >= 2, got {vocab!r}")
+        eos = hf_config.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        if not all(isinstance(e, int) and not isinstance(e, bool) and 0 <= e < vocab for e in eos_ids):
+            raise ValueError(f"config.json's eos_token_id must be ids in [0, {vocab}), got {eos!r}")
+        derived = hf_config.get("max_position_embeddings")
+        max_len = self.max_model_len
+        if max_len is not None:
+            _check_int("max_model_len", max_len, 1)
+            if derived is not None and max_len > derived:
+                raise ValueError(
+                    f"max_model_len {max_len} is greater than the model's max_position_embeddings {derived}"
+                )
+        else:
+            max_len = derived
+        object.__setattr__(self, "max_model_len", max_len)
+
+    @property
+    def architectures(self) -> list[str]:
+        return list(self.hf_config["architectures"])
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf_config["vocab_size"]
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        eos = self.hf_config.get("eos_token_id")
+        return tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+
+    @property
+    def eos_token_id(self) -> int | None:
+        ids = self.eos_token_ids
+        return ids[0] if ids else None
+
+    @property
+    def max_position_embeddings(self) -> int | None:
+        return self.hf_config.get("max_position_embeddings")

@@ -186,3 +186,40 @@ def test_mapping_equals_real_llama_load_weights(nh, nkv, hd):
             f"({nh} heads, {nkv} kv heads, head_dim {hd}) {name}: rows {bad[:3].tolist()}... differ from what "
             f"vLLM's LlamaForCausalLM.load_weights wrote (its QKVParallelLinear puts q, then k, then v)"
         )
+
+
+# --------------------------------------------------------------------------- against mini_vllm's loader
+@pytest.mark.parametrize("nh,nkv,hd,tie", [(8, 2, 4, False), (4, 4, 8, False), (6, 1, 4, True)])
+def test_mapping_equals_mini_vllm_llama_load_weights(nh, nkv, hd, tie):
+    from mini_vllm.models.llama import LlamaForCausalLM
+
+    hidden, inter = nh * hd, 24
+    cfg = dict(architectures=["LlamaForCausalLM"], vocab_size=40, hidden_size=hidden, intermediate_size=inter,
+               num_hidden_layers=2, num_attention_heads=nh, num_key_value_heads=nkv, head_dim=hd,
+               tie_word_embeddings=tie)  # fmt: skip
+    mini = LlamaForCausalLM(cfg)
+    rng = _rng(nh * 7 + nkv)
+    ckpt = [(name, rng.standard_normal(shape).astype(np.float32)) for name, shape in _hf_shapes(cfg)]
+    mini.load_weights(iter(ckpt))
+    theirs = dict(mini.named_parameters())
+    ours = {k: np.zeros_like(v) for k, v in theirs.items()}
+    lab.load_checkpoint(ours, ((n, t) for n, t in ckpt if not (tie and n == "lm_head.weight")), nh, nkv, hd)
+    for name, want in theirs.items():
+        assert np.array_equal(ours[name], want), (
+            f"({nh}, {nkv}, {hd}) {name}: your mapping and mini_vllm's LlamaForCausalLM.load_weights disagree"
+        )
+
+
+def _hf_shapes(cfg):
+    h, i, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    q, kv = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"]
+    yield "model.embed_tokens.weight", (v, h)
+    for n in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        yield from [(p + "self_attn.q_proj.weight", (q, h)), (p + "self_attn.k_proj.weight", (kv, h)),
+                    (p + "self_attn.v_proj.weight", (kv, h)), (p + "self_attn.o_proj.weight", (h, q)),
+                    (p + "mlp.gate_proj.weight", (i, h)), (p + "mlp.up_proj.weight", (i, h)),
+                    (p + "mlp.down_proj.weight", (h, i)), (p + "input_layernorm.weight", (h,)),
+                    (p + "post_attention_layernorm.weight", (h,))]  # fmt: skip
+    yield "model.norm.weight", (h,)
+    yield "lm_head.weight", (v, h)

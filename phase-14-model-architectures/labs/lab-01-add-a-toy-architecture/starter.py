@@ -38,7 +38,9 @@ class BigramForCausalLM(IsAttentionFree):
 
     def __init__(self, config: dict[str, Any]) -> None:
         raise NotImplementedError(
-            "BigramForCausalLM.__init__: read vocab_size (257), hidden_size (16) and seed (0) from the config; draw embed_tokens.weight then lm_head.weight, each (vocab, hidden), from np.random.default_rng(seed)"
+            "BigramForCausalLM.__init__: read vocab_size (257), hidden_size (16) and seed (0) from "
+            "the config; draw embed_tokens.weight then lm_head.weight, each (vocab, hidden), from "
+            "np.random.default_rng(seed)"
         )
 
     def forward(self, input_ids, positions, kv_caches=None, attn_metadata=None) -> np.ndarray:
@@ -51,7 +53,8 @@ class BigramForCausalLM(IsAttentionFree):
 
     def load_weights(self, weights) -> set[str]:
         raise NotImplementedError(
-            "load_weights: copy each (name, tensor) into its parameter; ValueError for an unknown name or a wrong shape; return the names loaded"
+            "load_weights: copy each (name, tensor) into its parameter; ValueError for an unknown "
+            "name or a wrong shape; return the names loaded"
         )
 
     def get_kv_cache_spec(self) -> KVCacheSpec:
@@ -66,7 +69,8 @@ def build_model(config: dict[str, Any], registry):
     """The model ``config["architectures"]`` names, resolved through ``registry`` and built from
     ``config`` (``ValueError`` from the registry for an architecture nobody registered)."""
     raise NotImplementedError(
-        "build_model: registry.resolve_model_cls(config['architectures']) gives (class, arch); build the class from the config"
+        "build_model: registry.resolve_model_cls(config['architectures']) gives (class, arch); build "
+        "the class from the config"
     )
 
 
@@ -81,7 +85,9 @@ class ContractExecutor(Executor):
 
     def collective_rpc(self, method: str, args=(), kwargs=None) -> list[Any]:
         raise NotImplementedError(
-            "ContractExecutor.collective_rpc: only 'execute_model'; hidden = forward(tokens, positions, [], None); logits = compute_logits(hidden); refuse any shape but (len(tokens), vocab_size); return [(logits, 0)]"
+            "ContractExecutor.collective_rpc: only 'execute_model'; hidden = forward(tokens, "
+            "positions, [], None); logits = compute_logits(hidden); refuse any shape but "
+            "(len(tokens), vocab_size); return [(logits, 0)]"
         )
 
     def shutdown(self) -> None:
@@ -90,7 +96,8 @@ class ContractExecutor(Executor):
 
 def install_model(engine, model) -> None:
     raise NotImplementedError(
-        "install_model: replace engine.model_executor by a ContractExecutor over the model with the old executor's vocab_size, and shut the old one down"
+        "install_model: replace engine.model_executor by a ContractExecutor over the model with the "
+        "old executor's vocab_size, and shut the old one down"
     )
 
 

@@ -39,7 +39,9 @@ def map_weight_name(name: str) -> tuple[str, str | int | None]:
     rewritten to the row's ``param_name`` and gets the row's shard id; everything else maps to
     itself with shard ``None``. Only whole segments match: ``gate_up_proj`` is not ``up_proj``."""
     raise NotImplementedError(
-        "map_weight_name: split the name on '.', find the first STACKED_PARAMS row whose weight_name is one of the segments, replace that segment by param_name and return the row's shard id; else (name, None)"
+        "map_weight_name: split the name on '.', find the first STACKED_PARAMS row whose weight_name "
+        "is one of the segments, replace that segment by param_name and return the row's shard id; "
+        "else (name, None)"
     )
 
 
@@ -49,7 +51,8 @@ def qkv_slices(num_heads: int, num_kv_heads: int, head_dim: int) -> dict[str, sl
     ``ValueError`` unless all three are positive ints and ``num_heads`` is a multiple of
     ``num_kv_heads`` (each KV head serves a whole group of query heads)."""
     raise NotImplementedError(
-        "qkv_slices: validate (positive ints, num_heads a multiple of num_kv_heads), then q = [0, nh·hd), k = the next nkv·hd rows, v = the nkv·hd rows after that"
+        "qkv_slices: validate (positive ints, num_heads a multiple of num_kv_heads), then q = [0, "
+        "nh·hd), k = the next nkv·hd rows, v = the nkv·hd rows after that"
     )
 
 
@@ -64,7 +67,9 @@ def load_stacked(
     of its slot (no broadcasting). Raises ``ValueError`` naming both shapes, and ``KeyError`` for
     an unknown shard id; ``fused`` is untouched when anything is refused."""
     raise NotImplementedError(
-        "load_stacked: pick the rows (qkv_slices for 'q'/'k'/'v' after checking the fused row count; halves of fused for 0/1; KeyError otherwise), refuse any shard whose shape is not exactly the slot's (ValueError naming both shapes), then copy"
+        "load_stacked: pick the rows (qkv_slices for 'q'/'k'/'v' after checking the fused row count; "
+        "halves of fused for 0/1; KeyError otherwise), refuse any shard whose shape is not exactly "
+        "the slot's (ValueError naming both shapes), then copy"
     )
 
 

@@ -50,31 +50,41 @@ def _hd(cfg) -> int:
 
 def checkpoint_names(cfg) -> list[str]:
     raise NotImplementedError(
-        "checkpoint_names: model.embed_tokens.weight, then model.layers.{i}.{t}.weight for each t of LAYER_TENSORS, then model.norm.weight, then lm_head.weight unless tie_word_embeddings"
+        "checkpoint_names: model.embed_tokens.weight, then model.layers.{i}.{t}.weight for each t of "
+        "LAYER_TENSORS, then model.norm.weight, then lm_head.weight unless tie_word_embeddings"
     )
 
 
 def _rows_per_rank(cfg, tp_size: int) -> dict:
     raise NotImplementedError(
-        "_rows_per_rank: check the TP size divides the heads and intermediate size (kv heads may instead divide tp), then q = nh/tp·hd, kv = max(1, nkv/tp)·hd, inter = intermediate/tp rows per rank"
+        "_rows_per_rank: check the TP size divides the heads and intermediate size (kv heads may "
+        "instead divide tp), then q = nh/tp·hd, kv = max(1, nkv/tp)·hd, inter = intermediate/tp rows "
+        "per rank"
     )
 
 
 def predict_rows(cfg, tp_size: int = 1, tp_rank: int = 0) -> list[Row]:
     raise NotImplementedError(
-        "predict_rows: check the rank; for each checkpoint name map it with lab 02's map_weight_name; stacked shards take their rows in the rank's fused param (q, k, v; gate, up); unfused tensors fill rows [0, rows) of themselves (the vocab splits across ranks, o_proj and down_proj keep all rows)"
+        "predict_rows: check the rank; for each checkpoint name map it with lab 02's map_weight_name;"
+        " stacked shards take their rows in the rank's fused param (q, k, v; gate, up); unfused "
+        "tensors fill rows [0, rows) of themselves (the vocab splits across ranks, o_proj and "
+        "down_proj keep all rows)"
     )
 
 
 def trace(params: dict[str, np.ndarray], checkpoint: dict[str, np.ndarray]) -> list[Row]:
     raise NotImplementedError(
-        "trace: for each checkpoint tensor, its mapped param; candidate starts are the rows equal to the tensor's first row; the first candidate where the whole block equals the tensor is where it went (vectors: compare whole); LookupError naming the tensor otherwise"
+        "trace: for each checkpoint tensor, its mapped param; candidate starts are the rows equal to "
+        "the tensor's first row; the first candidate where the whole block equals the tensor is where"
+        " it went (vectors: compare whole); LookupError naming the tensor otherwise"
     )
 
 
 def model_card(qkv_shape, gate_up_shape, head_dim: int) -> dict:
     raise NotImplementedError(
-        "model_card: hidden = qkv columns, num_heads = hidden / head_dim, the remaining rows are k and v: num_kv_heads = (rows - hidden) / (2·head_dim); intermediate = gate_up rows / 2; ValueError when the shapes cannot come from one config"
+        "model_card: hidden = qkv columns, num_heads = hidden / head_dim, the remaining rows are k "
+        "and v: num_kv_heads = (rows - hidden) / (2·head_dim); intermediate = gate_up rows / 2; "
+        "ValueError when the shapes cannot come from one config"
     )
 
 
@@ -89,7 +99,8 @@ def _shape(cfg, name) -> tuple[int, ...]:
 
 def coverage(cfg) -> dict:
     raise NotImplementedError(
-        "coverage: count the checkpoint's tensors and the ones map_weight_name stacks; bytes from _shape over the whole checkpoint and over layer 0 only"
+        "coverage: count the checkpoint's tensors and the ones map_weight_name stacks; bytes from "
+        "_shape over the whole checkpoint and over layer 0 only"
     )
 
 

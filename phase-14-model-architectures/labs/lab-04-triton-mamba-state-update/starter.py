@@ -38,7 +38,9 @@ import triton.language as tl
 # --------------------------------------------------------------------------- the lab: the reference
 def ssu_reference(state, x, dt, A, B, C, D, dt_bias, z, state_indices=None, null_slot: int = 0):
     raise NotImplementedError(
-        "ssu_reference: float64 copies; dt = softplus(dt + dt_bias) (threshold 20); dA = exp(dt·A); state = state·dA + dt·B·x with head h reading group h // (nheads // ngroups); y = C·state + D·x; out = y·silu(z); padded requests (slot == null_slot) start from zero and write nothing"
+        "ssu_reference: float64 copies; dt = softplus(dt + dt_bias) (threshold 20); dA = exp(dt·A); "
+        "state = state·dA + dt·B·x with head h reading group h // (nheads // ngroups); y = C·state + "
+        "D·x; out = y·silu(z); padded requests (slot == null_slot) start from zero and write nothing"
     )
 
 
@@ -96,7 +98,10 @@ def _ssu_kernel(
 ):
     tl.static_assert(
         False,
-        "TODO _ssu_kernel: program (m-block, request b, head h); slot from IDX (int64) or b; load the state block (masked: dim, dstate, and padding -> zeros), x, dt + bias -> softplus, A, B and C of group h // heads_per_group, D, z; update the state, y = sum(state·C) + D·x, gate by silu(z); store out and the state (not for padding)",
+        "TODO _ssu_kernel: program (m-block, request b, head h); slot from IDX (int64) or b; load the"
+        " state block (masked: dim, dstate, and padding -> zeros), x, dt + bias -> softplus, A, B and"
+        " C of group h // heads_per_group, D, z; update the state, y = sum(state·C) + D·x, gate by "
+        "silu(z); store out and the state (not for padding)",
     )
 
 
@@ -145,7 +150,9 @@ def selective_state_update(
     state, x, dt, A, B, C, D, dt_bias, z, state_indices=None, null_slot: int = 0, out=None, block_m: int = 16
 ):
     raise NotImplementedError(
-        "selective_state_update: _check(...) the inputs, allocate out, return early for zero requests, then launch _ssu_kernel on the grid (cdiv(dim, block_m), batch, nheads) with every stride"
+        "selective_state_update: _check(...) the inputs, allocate out, return early for zero "
+        "requests, then launch _ssu_kernel on the grid (cdiv(dim, block_m), batch, nheads) with every"
+        " stride"
     )
 
 
@@ -157,7 +164,8 @@ def ssu_bytes(
     dt, z read and out written, its B and C read, and the parameters A (float32), D and dt_bias
     (float32) read once."""
     raise NotImplementedError(
-        "ssu_bytes: state read + written, x/dt/z read + out written, B and C read, A (float32) and D, dt_bias (float32) read once"
+        "ssu_bytes: state read + written, x/dt/z read + out written, B and C read, A (float32) and D,"
+        " dt_bias (float32) read once"
     )
 
 

@@ -23,8 +23,6 @@ from course.runtime import real_vllm
 
 torch = real_vllm.torch
 
-_GROUP_READY = False
-
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -33,12 +31,11 @@ def _free_port() -> int:
 
 
 def ensure_world_one() -> None:
-    """Join a world-size-1 gloo process group and vLLM's model-parallel groups, once per process."""
-    global _GROUP_READY
+    """Join a world-size-1 gloo process group and vLLM's model-parallel groups, unless this process
+    already has them (another test module may have made them, and may tear them down again)."""
     import vllm.distributed.parallel_state as ps
 
-    if _GROUP_READY or ps.model_parallel_is_initialized():
-        _GROUP_READY = True
+    if ps.model_parallel_is_initialized():
         return
     ps.init_distributed_environment(
         world_size=1,
@@ -48,7 +45,6 @@ def ensure_world_one() -> None:
         backend="gloo",
     )
     ps.initialize_model_parallel(1, 1)
-    _GROUP_READY = True
 
 
 def vllm_config(**hf_overrides: Any):

@@ -257,3 +257,39 @@ def test_non_attention_layers_equal_hugging_face(real_llama):
     for what, (a, b) in pairs.items():
         err = (a - b).abs().max().item()
         assert err == 0.0, f"{what}: vLLM vs Hugging Face rebuilt from your traced rows differ by {err:.1e}"
+
+
+# --------------------------------------------------------------------------- tier 2: the whole engine
+@pytest.mark.engine
+def test_real_engine_tp2_shapes_equal_the_prediction():
+    """``LLM`` serves the tiny Llama at TP 1 and TP 2 (one CPU worker per rank): both generate the same tokens,
+    and every parameter that keeps its loaded shape has, on every rank, the rows ``predict_rows`` gives that
+    rank. (The CPU backend repacks linear weights for its GEMM after loading and leaves the parameter empty,
+    so those report 0 rows; the embedding, ``lm_head`` and the norms keep theirs.)"""
+    import json
+
+    from course.runtime import engine
+
+    hf = json.loads((engine.model_path() / "config.json").read_text())
+    cfg = {k: hf.get(k) for k in TINY}
+    prompts, runs = [list(range(10, 26)), [7, 8, 9]], {}
+    for tp in (1, 2):
+        env = engine.engine_env(VLLM_CPU_OMP_THREADS_BIND="0|1" if tp == 2 else "0")
+        runs[tp] = engine.run_job(
+            "tensor_parallel", env=env, prompts=prompts, max_tokens=4, tensor_parallel_size=tp
+        ).result
+    assert runs[2]["tokens"] == runs[1]["tokens"], (
+        "the same checkpoint, the same greedy tokens at TP 1 and TP 2"
+    )
+    for tp in (1, 2):
+        for rank, shapes in enumerate(runs[tp]["weight_shapes"]):
+            want = {}
+            for r in lab.predict_rows(cfg, tp_size=tp, tp_rank=rank):
+                want[r.param] = max(want.get(r.param, 0), r.stop)
+            got = {name: shape[0] for name, shape in shapes.items() if shape and shape[0]}
+            assert {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"} <= set(got)
+            assert set(shapes) == set(want), (
+                f"TP {tp} rank {rank}: parameter names {sorted(set(shapes) ^ set(want))}"
+            )
+            bad = {k: (v, want[k]) for k, v in got.items() if want[k] != v}
+            assert not bad, f"TP {tp} rank {rank}: (engine rows, your prediction) differ for {bad}"

@@ -58,7 +58,7 @@ def main() -> None:
             x0, w = left + width * a / total, width * (b - a) / total
             svg.rect(x0, y, w, 34, colours[name], INK, 0.8)
             svg.text(x0 + w / 2, y + 15, name, 13, "middle", "#ffffff", bold=True)
-            svg.text(x0 + w / 2, y + 29, f"{a}:{b}", 11, "middle", "#ffffff")
+            svg.text(x0 + w / 2, y + 29, f"{a}:{b}", 12, "middle", "#ffffff")
         y += 56
     svg.text(left, y, "k and v are 4x narrower than q: 8 KV heads serve 32 query heads (GQA)", 12)
 
@@ -70,11 +70,11 @@ def main() -> None:
     for mb in (0, 2, 4, 6, 8):
         yy = top + h - h * mb * 1e6 / ymax
         svg.line(x0 - 4, yy, x0, yy)
-        svg.text(x0 - 8, yy + 4, f"{mb} MB", 11, "end")
+        svg.text(x0 - 8, yy + 4, f"{mb} MB", 12, "end")
     for t in (0, 512, 1024, 1536, 2048):
         xx = x0 + (x1 - x0) * t / MAX_TOKENS
         svg.line(xx, top + h, xx, top + h + 4)
-        svg.text(xx, top + h + 18, str(t), 11, "middle")
+        svg.text(xx, top + h + 18, str(t), 12, "middle")
     svg.text((x0 + x1) / 2, top + h + 36, "tokens in the sequence", 12, "middle")
 
     def pt(tokens, nbytes):
@@ -85,7 +85,7 @@ def main() -> None:
     cx, cy = pt(cross, MAMBA_STATE)
     svg.line(cx, cy, cx, top + h, GREY, 1, dash=True)
     svg.circle(cx, cy, 4)
-    svg.text(cx + 6, cy + 18, f"equal at {cross} tokens", 12)
+    svg.text(cx + 6, cy + 18, f"equal at {cross} tokens", 13)
     svg.text(x0 + 8, top + 16, "attention KV (Llama-3-8B layer): 4 KiB per token", 12, fill=ORANGE, bold=True)
     svg.text(x0 + 8, top + 34, "Mamba2 state (2.7B mixer): 2.6 MB, fixed", 12, fill=BLUE, bold=True)
     svg.write(Path(__file__).with_name("fused_rows_and_state.svg"))

@@ -36,11 +36,11 @@ from course.runtime import tiny_model
 CHECKPOINT = ROOT / "mini_vllm" / "checkpoints" / "course-llama"
 SEQ_LEN = 256
 BATCH = 8
-STEPS = 1200
+STEPS = 600
 PEAK_LR = 3e-3
 WARMUP = 50
 SEED = 0
-THREADS = 2
+THREADS = 1
 HELDOUT_BUCKETS = 16  # one path hash bucket in sixteen is held out
 MANIFEST = "SHA256SUMS"
 HELDOUT = "heldout.txt"

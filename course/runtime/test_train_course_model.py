@@ -10,7 +10,7 @@ from course.runtime import tiny_model
 from course.runtime import train_course_model as tcm
 
 HELDOUT_TOKENS = 4096  # the slice the fast test scores (~0.2 s); the README scores all of it
-HELDOUT_LOSS_BOUND = 2.5  # nats/token; the trained model scores about 2, the unigram baseline about 4.9
+HELDOUT_LOSS_BOUND = 3.0  # nats/token on that slice (the unigram baseline is near 5, uniform guessing 6.24)
 SIZE_BOUND = 8 * 2**20
 
 

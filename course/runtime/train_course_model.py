@@ -36,7 +36,7 @@ from course.runtime import tiny_model
 CHECKPOINT = ROOT / "mini_vllm" / "checkpoints" / "course-llama"
 SEQ_LEN = 256
 BATCH = 8
-STEPS = 600
+STEPS = 1000
 PEAK_LR = 3e-3
 WARMUP = 50
 SEED = 0
@@ -46,7 +46,7 @@ MANIFEST = "SHA256SUMS"
 HELDOUT = "heldout.txt"
 HASHED = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 HASHED += ("model.safetensors", "training.json", HELDOUT)
-PROMPTS = ("The scheduler", "The KV cache", "Prefix caching", "A request")
+PROMPTS = ("The scheduler", "The KV cache", "The block pool", "Each request")
 NEW_TOKENS = 40
 NO_REPEAT_NGRAM = 3
 

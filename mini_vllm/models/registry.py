@@ -24,6 +24,7 @@ from . import interfaces
 # (module under mini_vllm.models, class name). Upstream's table has hundreds of rows.
 _TEXT_GENERATION_MODELS = {
     "LlamaForCausalLM": ("llama", "LlamaForCausalLM"),
+    "MixtralForCausalLM": ("mixtral", "MixtralForCausalLM"),
     "ToyForCausalLM": ("toy", "ToyForCausalLM"),
 }
 

@@ -6,7 +6,7 @@ are never contiguous; block 0 is never used, like the block pool's null block), 
 step's flat batch (``input_ids``, ``positions``, ``AttentionMetadata``) as the runner's
 ``_prepare_inputs`` does, runs ``forward`` and returns the logits of the rows asked for.
 ``generate_greedy`` staggers requests so prefill chunks and decodes share steps.
-``llama_checkpoint_shapes`` lists the tensors of a Hugging Face Llama checkpoint (names and shapes)
+``hf_greedy`` is the Hugging Face side of those comparisons. ``llama_checkpoint_shapes`` lists the tensors of a Hugging Face Llama checkpoint (names and shapes)
 for tests that make one without transformers.
 """
 
@@ -96,6 +96,21 @@ def generate_greedy(
             outputs[i].append(int(np.argmax(logits[i][-1])))
         step += 1
     return outputs
+
+
+def hf_greedy(hf, prompt: list[int], max_tokens: int) -> list[int]:
+    """A Hugging Face causal LM's greedy continuation of one prompt, decoding with its own cache."""
+    import torch
+
+    out, cache = [], None
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            result = hf(ids, cache=cache, use_cache=True)
+            cache = result.cache
+            out.append(int(result.logits[0, -1].argmax()))
+            ids = torch.tensor([[out[-1]]])
+    return out
 
 
 def llama_checkpoint_shapes(config: dict) -> dict[str, tuple[int, ...]]:

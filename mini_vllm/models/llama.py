@@ -253,3 +253,9 @@ class LlamaForCausalLM:
     def compute_logits(self, hidden_states: np.ndarray) -> np.ndarray:
         head = self.params["model.embed_tokens.weight" if self.tie_word_embeddings else "lm_head.weight"]
         return (np.asarray(hidden_states, dtype=np.float32) @ head.T).astype(np.float32)
+
+
+# What the registry serves for ``"LlamaModel"`` checkpoints: the same layers, pooled (``adapters.py``).
+from .adapters import as_embedding_model  # noqa: E402 - adapters imports nothing of llama's
+
+LlamaForEmbedding = as_embedding_model(LlamaForCausalLM)

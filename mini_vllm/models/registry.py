@@ -28,6 +28,12 @@ _TEXT_GENERATION_MODELS = {
     "ToyForCausalLM": ("toy", "ToyForCausalLM"),
 }
 
+# Pooling architectures. Upstream maps "LlamaModel" to LlamaForCausalLM and converts it at load
+# time (convert_type="embed"); mini's row names the converted class itself.
+_EMBEDDING_MODELS = {
+    "LlamaModel": ("llama", "LlamaForEmbedding"),
+}
+
 
 @dataclass(frozen=True)
 class _ModelInfo:
@@ -130,6 +136,6 @@ class _ModelRegistry:
 ModelRegistry = _ModelRegistry(
     {
         arch: _LazyRegisteredModel(f"mini_vllm.models.{mod}", cls)
-        for arch, (mod, cls) in _TEXT_GENERATION_MODELS.items()
+        for arch, (mod, cls) in {**_TEXT_GENERATION_MODELS, **_EMBEDDING_MODELS}.items()
     }
 )

@@ -73,9 +73,9 @@ def test_fused_topk_softmaxes_all_experts_then_renormalises_the_top_k():
     one, one_ids = fused_topk(logits, 1, True)
     assert one.tolist() == [[1.0], [1.0]] and one_ids.tolist() == [[0], [2]], "top-1 renormalised weight is 1"
     # so "softmax after top-k" (over the kept logits) is the same router, not a different one
-    logits = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
-    w, top = fused_topk(logits, 3, renormalize=True)
-    kept = np.exp(np.take_along_axis(logits, top, -1))
+    many = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
+    w, top = fused_topk(many, 3, renormalize=True)
+    kept = np.exp(np.take_along_axis(many, top, -1))
     np.testing.assert_allclose(w, kept / kept.sum(-1, keepdims=True), rtol=1e-5)
     for bad in (0, 5):
         with pytest.raises(ValueError, match="topk"):

@@ -12,7 +12,7 @@ padding), so nothing about batching leaks into the reference.
 import numpy as np
 import pytest
 
-from mini_vllm.config import ModelConfig
+from mini_vllm.config import ModelConfig, PoolerConfig
 from mini_vllm.models import ModelRegistry, get_model
 from mini_vllm.models.interfaces import get_supported_tasks, is_pooling_model
 from mini_vllm.models.llama import LlamaForCausalLM, LlamaForEmbedding
@@ -162,9 +162,9 @@ def hf_embeddings(hf, torch, batch, pooling_type, normalise=True):
 @pytest.mark.parametrize("pooling_type", ["LAST", "MEAN", "CLS"])
 def test_embeddings_equal_hugging_face_pooled_hidden_states(hf_llama, pooling_type):
     hf, path, torch = hf_llama
-    model = get_model(ModelConfig(path))
+    model = get_model(ModelConfig(path, pooler_config=PoolerConfig(seq_pooling_type=pooling_type)))
     assert isinstance(model, LlamaForEmbedding), type(model)
-    model.pooler = DispatchPooler.for_embedding(pooling_type)
+    assert model.pooler.poolers_by_task["embed"].pooling_type == pooling_type
     batch = prompts()
     got = pool_requests(model, batch, PoolingParams())  # 4 prompts of 1..23 tokens, one step
     for i, (g, w) in enumerate(zip(got, hf_embeddings(hf, torch, batch, pooling_type))):
@@ -214,3 +214,22 @@ def test_pool_refuses_what_the_model_does_not_support_and_changes_nothing():
             driver.pool(**kwargs)
         assert len(driver.free) == free and not driver.lens, f"a refused pool ({match}) must allocate nothing"
     assert len(driver.pool([[1, 2], [3]], None)) == 2
+
+
+def test_pooler_config_chooses_pooling_and_turns_off_chunking_for_mean_and_cls(hf_llama, tmp_path):
+    _, path, _ = hf_llama
+    default = ModelConfig(path)
+    assert get_model(default).pooler.poolers_by_task["embed"].pooling_type == "LAST", "the class default"
+    for kind, chunkable in (("LAST", True), ("MEAN", False), ("CLS", False)):
+        mc = ModelConfig(path, pooler_config=PoolerConfig(seq_pooling_type=kind))
+        assert (mc.is_chunked_prefill_supported, mc.is_prefix_caching_supported) == (chunkable, chunkable), (
+            kind
+        )
+    assert default.is_chunked_prefill_supported and default.is_prefix_caching_supported
+    with pytest.raises(ValueError, match="seq_pooling_type must be one of"):
+        PoolerConfig(seq_pooling_type="MAX")
+    with pytest.raises(TypeError, match="pooler_config must be a PoolerConfig"):
+        ModelConfig(path, pooler_config="MEAN")
+    (tmp_path / "config.json").write_text('{"architectures": ["ToyForCausalLM"], "vocab_size": 20}')
+    with pytest.raises(ValueError, match="pooler_config is for pooling models; ToyForCausalLM generates"):
+        get_model(ModelConfig(tmp_path, pooler_config=PoolerConfig("MEAN")))

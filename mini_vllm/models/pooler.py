@@ -25,9 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import SEQ_POOLING_TYPES
 from ..pooling_params import PoolingParams
-
-SEQ_POOLING_TYPES = ("CLS", "LAST", "MEAN")
 
 
 @dataclass

@@ -48,9 +48,10 @@ def test_mini_flags_agree_with_vllms_and_never_claim_more(arch):
     gen, pool, free, pp, lora = vllm_flags(arch)
     mini = MiniRegistry.inspect_model_cls(arch)
     if arch == "LlamaModel":
-        # vLLM's is_text_generation_model is a structural check (interfaces_base.py:135): the
-        # converted class still has compute_logits, so it says True; the runner type, not the
-        # flag, keeps it from generating. Mini's embedding class refuses compute_logits: False.
+        # vLLM's flag is a structural check (vllm/model_executor/models/interfaces_base.py:135 —
+        # is_text_generation_model): the converted class still has compute_logits, so it says
+        # True; the runner type, not the flag, keeps it from generating. Mini's embedding class
+        # refuses compute_logits: False.
         assert gen and not mini.is_text_generation_model, (gen, mini.is_text_generation_model)
         gen = False
     assert (mini.is_text_generation_model, mini.is_pooling_model, mini.is_attention_free) == (

@@ -191,7 +191,12 @@ def test_mixtral_logits_equal_hugging_face_within_1e_4(tiny_mixtral):
 def test_mixtral_greedy_tokens_equal_hugging_face_through_the_paged_driver(tiny_mixtral):
     mini, hf, _ = tiny_mixtral
     batch = prompts(4, seed=1)
-    got = generate_greedy(mini, batch, 12, chunk_size=8, stagger=2, block_size=16)
+    steps = []
+    got = generate_greedy(mini, batch, 12, chunk_size=8, stagger=2, steps=steps, block_size=16)
+    mixed = [s for s in steps if max(s.values()) > 1 and min(s.values()) == 1]
+    assert len(mixed) >= 3, (
+        f"only {len(mixed)} steps mixed prefill chunks with decodes: the test lost its point"
+    )
     for i, prompt in enumerate(batch):
         want = hf_greedy(hf, prompt, 12)
         first = next((t for t, (a, b) in enumerate(zip(got[i], want)) if a != b), None)

@@ -77,6 +77,8 @@ def test_fused_topk_softmaxes_all_experts_then_renormalises_the_top_k():
     w, top = fused_topk(many, 3, renormalize=True)
     kept = np.exp(np.take_along_axis(many, top, -1))
     np.testing.assert_allclose(w, kept / kept.sum(-1, keepdims=True), rtol=1e-5)
+    tied, tied_ids = fused_topk(np.array([[0.5, 2.0, 2.0, 2.0]], np.float32), 2, renormalize=True)
+    assert tied_ids.tolist() == [[1, 2]] and np.allclose(tied, 0.5), "ties go to the lower expert id"
     for bad in (0, 5):
         with pytest.raises(ValueError, match="topk"):
             fused_topk(logits, bad, True)

@@ -31,7 +31,8 @@ from .llama import LlamaForCausalLM, as_config_dict, silu
 def fused_topk(gating_output: np.ndarray, topk: int, renormalize: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(topk_weights [T, k] float32, topk_ids [T, k] int64)`` from router logits ``[T, E]``.
 
-    Softmax over every expert first, then the ``topk`` largest probabilities (largest first);
+    Softmax over every expert first, then the ``topk`` largest probabilities (largest first,
+    ties to the lower expert id);
     with ``renormalize`` they are divided by their sum so each token's weights add up to 1.
     """
     logits = np.asarray(gating_output, dtype=np.float32)

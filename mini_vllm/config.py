@@ -105,7 +105,9 @@ class ParallelConfig:
             backend = "uni" if self.tensor_parallel_size == 1 else "mp"
             object.__setattr__(self, "distributed_executor_backend", backend)
         if backend not in EXECUTOR_BACKENDS:
-            raise ValueError(f"distributed_executor_backend must be one of {EXECUTOR_BACKENDS} or None, got {backend!r}")
+            raise ValueError(
+                f"distributed_executor_backend must be one of {EXECUTOR_BACKENDS} or None, got {backend!r}"
+            )
         if backend == "uni" and self.tensor_parallel_size != 1:
             raise ValueError(
                 f"the 'uni' backend runs one worker in the engine's process; tensor_parallel_size="
@@ -188,7 +190,9 @@ class VllmConfig:
         if self.model_config is not None and not isinstance(self.model_config, ModelConfig):
             raise TypeError(f"model_config must be a ModelConfig or None, got {type(self.model_config).__name__}")
         if self.lora_config is not None and not isinstance(self.lora_config, LoRAConfig):
-            raise TypeError(f"lora_config must be a LoRAConfig or None, got {type(self.lora_config).__name__}")
+            raise TypeError(
+                f"lora_config must be a LoRAConfig or None, got {type(self.lora_config).__name__}"
+            )
         if isinstance(self.speculative_config, dict):  # the engine-argument spelling
             object.__setattr__(self, "speculative_config", SpeculativeConfig(**self.speculative_config))
         if self.speculative_config is not None and not isinstance(self.speculative_config, SpeculativeConfig):
@@ -277,6 +281,21 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
 
 
 _MODEL_DTYPES = ("float32",)
+SEQ_POOLING_TYPES = ("CLS", "LAST", "MEAN")
+
+
+@dataclass(frozen=True)
+class PoolerConfig:
+    """How a pooling model pools (vllm/config/pooler.py:21 — PoolerConfig): ``seq_pooling_type``
+    is ``"LAST"``, ``"MEAN"`` or ``"CLS"``; ``None`` keeps the model class's default (``"LAST"``)."""
+
+    seq_pooling_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.seq_pooling_type is not None and self.seq_pooling_type not in SEQ_POOLING_TYPES:
+            raise ValueError(
+                f"seq_pooling_type must be one of {SEQ_POOLING_TYPES} or None, got {self.seq_pooling_type!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -293,17 +312,24 @@ class ModelConfig:
     ``dtype`` is ``"float32"`` only: mini's numpy models compute in float32.
     Left out: the hub, revisions, ``trust_remote_code``, generation_config.json, RoPE-scaling
     length rules, sliding windows, quantization, runner / convert types, multimodal settings.
+    ``pooler_config`` chooses a pooling model's pooling (``get_model`` passes it on); it turns
+    chunked prefill and prefix caching off for MEAN and CLS, as upstream's rules do.
     """
 
     model: Any = None
     max_model_len: int | None = None
     dtype: str = "float32"
     hf_config: dict[str, Any] | None = None
+    pooler_config: PoolerConfig | None = None  # a pooling model's pooling (None: its default)
 
     def __post_init__(self) -> None:
         import json
         from pathlib import Path
 
+        if self.pooler_config is not None and not isinstance(self.pooler_config, PoolerConfig):
+            raise TypeError(
+                f"pooler_config must be a PoolerConfig or None, got {type(self.pooler_config).__name__}"
+            )
         if self.dtype not in _MODEL_DTYPES:
             raise ValueError(f"dtype {self.dtype!r} is not supported; mini_vllm computes in {_MODEL_DTYPES}")
         hf_config = self.hf_config
@@ -355,6 +381,18 @@ class ModelConfig:
     @property
     def architectures(self) -> list[str]:
         return list(self.hf_config["architectures"])
+
+    @property
+    def is_chunked_prefill_supported(self) -> bool:
+        """False for a causal pooling model that pools MEAN or CLS: it needs every prompt row in
+        one step (vllm/config/model.py:1775 — ModelConfig.is_chunked_prefill_supported)."""
+        return not (self.pooler_config is not None and self.pooler_config.seq_pooling_type in ("MEAN", "CLS"))
+
+    @property
+    def is_prefix_caching_supported(self) -> bool:
+        """Same rule: a cached prefix would skip rows MEAN / CLS pooling reads
+        (vllm/config/model.py:1821 — ModelConfig.is_prefix_caching_supported)."""
+        return self.is_chunked_prefill_supported
 
     @property
     def vocab_size(self) -> int:

@@ -38,6 +38,7 @@ __all__ = [
     "is_attention_free",
     "is_pooling_model",
     "is_text_generation_model",
+    "get_supported_tasks",
     "supports_lora",
     "supports_pp",
 ]
@@ -63,7 +64,8 @@ class VllmModelForTextGeneration(Protocol):
 
 
 class VllmModelForPooling:
-    """A model that returns embeddings or scores instead of next-token logits (none in mini)."""
+    """A model that returns embeddings instead of next-token logits: it has a ``pooler``
+    (``pooler.py``) and no ``compute_logits`` to serve (``adapters.as_embedding_model``)."""
 
     is_pooling_model: ClassVar[bool] = True
 
@@ -110,3 +112,15 @@ def is_text_generation_model(model: object) -> bool:
     """A class with the generation contract that is not a pooling model."""
     needed = ("forward", "compute_logits", "load_weights", "get_kv_cache_spec")
     return all(callable(getattr(model, m, None)) for m in needed) and not is_pooling_model(model)
+
+
+def get_supported_tasks(model: object) -> tuple[str, ...]:
+    """What a model (class or instance) can serve: ``("generate",)`` or its pooler's tasks.
+
+    vllm/v1/worker/gpu_model_runner.py:3209 — GPUModelRunner.get_supported_tasks; the engine
+    refuses a request whose task is not in it (vllm/v1/engine/input_processor.py:81).
+    """
+    if is_pooling_model(model):
+        pooler = getattr(model, "pooler", None)
+        return tuple(sorted(pooler.get_supported_tasks())) if pooler is not None else ("embed", "token_embed")
+    return ("generate",) if is_text_generation_model(model) else ()

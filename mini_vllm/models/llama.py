@@ -112,7 +112,7 @@ class LlamaForCausalLM:
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
 
-        h, i = self.hidden_size, self.intermediate_size
+        h = self.hidden_size
         shapes = {"model.embed_tokens.weight": (self.vocab_size, h), "model.norm.weight": (h,)}
         for n in range(self.num_layers):
             p = f"model.layers.{n}"
@@ -120,12 +120,19 @@ class LlamaForCausalLM:
             shapes[f"{p}.self_attn.qkv_proj.weight"] = (self.q_size + 2 * self.kv_size, h)
             shapes[f"{p}.self_attn.o_proj.weight"] = (h, self.q_size)
             shapes[f"{p}.post_attention_layernorm.weight"] = (h,)
-            shapes[f"{p}.mlp.gate_up_proj.weight"] = (2 * i, h)
-            shapes[f"{p}.mlp.down_proj.weight"] = (h, i)
+            shapes |= self._mlp_shapes(p)
         if not self.tie_word_embeddings:
             shapes["lm_head.weight"] = (self.vocab_size, h)
         self.params = {name: np.zeros(shape, dtype=np.float32) for name, shape in shapes.items()}
         self._loaded_shards: dict[str, set] = {}
+
+    def _mlp_shapes(self, layer_prefix: str) -> dict[str, tuple[int, ...]]:
+        """The feed-forward parameters of one layer (``MixtralForCausalLM`` replaces them with experts)."""
+        h, i = self.hidden_size, self.intermediate_size
+        return {
+            f"{layer_prefix}.mlp.gate_up_proj.weight": (2 * i, h),
+            f"{layer_prefix}.mlp.down_proj.weight": (h, i),
+        }
 
     # ------------------------------------------------------------------ weights
     def named_parameters(self):
@@ -246,3 +253,9 @@ class LlamaForCausalLM:
     def compute_logits(self, hidden_states: np.ndarray) -> np.ndarray:
         head = self.params["model.embed_tokens.weight" if self.tie_word_embeddings else "lm_head.weight"]
         return (np.asarray(hidden_states, dtype=np.float32) @ head.T).astype(np.float32)
+
+
+# What the registry serves for ``"LlamaModel"`` checkpoints: the same layers, pooled (``adapters.py``).
+from .adapters import as_embedding_model  # noqa: E402 - adapters imports nothing of llama's
+
+LlamaForEmbedding = as_embedding_model(LlamaForCausalLM)

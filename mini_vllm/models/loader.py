@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .interfaces import is_pooling_model
 from .registry import ModelRegistry
 
 _DTYPES = {
@@ -102,10 +103,18 @@ def get_model(model_config: Any) -> Any:
     """The model ``model_config`` describes, its weights loaded from ``model_config.model``.
 
     The class comes from ``ModelRegistry`` by the checkpoint's ``architectures``; a model with
-    parameters needs ``*.safetensors`` next to ``config.json``.
+    parameters needs ``*.safetensors`` next to ``config.json``. A pooling model is built with
+    ``model_config.pooler_config``'s pooling type (refused for a generative model).
     """
-    model_cls, _ = ModelRegistry.resolve_model_cls(model_config.architectures)
-    model = model_cls(model_config.hf_config)
+    model_cls, arch = ModelRegistry.resolve_model_cls(model_config.architectures)
+    pooler_config = getattr(model_config, "pooler_config", None)
+    if is_pooling_model(model_cls):
+        pooling_type = pooler_config.seq_pooling_type if pooler_config is not None else None
+        model = model_cls(model_config.hf_config, pooling_type=pooling_type)
+    elif pooler_config is not None:
+        raise ValueError(f"pooler_config is for pooling models; {arch} generates text")
+    else:
+        model = model_cls(model_config.hf_config)
     params = list(model.named_parameters()) if hasattr(model, "named_parameters") else []
     model_dir = Path(model_config.model) if model_config.model is not None else None
     files = sorted(model_dir.glob("*.safetensors")) if model_dir is not None and model_dir.is_dir() else []

@@ -6,10 +6,13 @@ never imports a model), ``_ModelRegistry.register_model`` (a class, or ``"module
 lazy out-of-tree model), ``get_supported_archs``, ``resolve_model_cls`` (the first of the
 checkpoint's architectures that is registered wins; returns ``(cls, arch)``) and
 ``inspect_model_cls`` (flags read from the class, see ``interfaces.py``; upstream's
-vllm/model_executor/models/registry.py:723 — _ModelInfo has many more). An architecture nobody registered is a ``ValueError`` that lists the registered ones.
+vllm/model_executor/models/registry.py:723 — _ModelInfo has many more, and no ``supports_lora``)
+and ``verify_supported`` (the refusals an engine makes from those flags). An architecture nobody
+registered is a ``ValueError`` that lists the registered ones. Pooling architectures
+(``"LlamaModel"``) name their converted class directly (``adapters.as_embedding_model``).
 
 Left out: upstream's subprocess inspection and its on-disk cache (mini's classes import in
-milliseconds), architecture normalisation and conversion (``*Model`` → pooling adapters),
+milliseconds), architecture normalisation and load-time conversion (``convert_type``),
 ``_PREVIOUSLY_SUPPORTED_MODELS`` and out-of-tree plugin hints, multimodal and speculative tables.
 """
 
@@ -24,7 +27,14 @@ from . import interfaces
 # (module under mini_vllm.models, class name). Upstream's table has hundreds of rows.
 _TEXT_GENERATION_MODELS = {
     "LlamaForCausalLM": ("llama", "LlamaForCausalLM"),
+    "MixtralForCausalLM": ("mixtral", "MixtralForCausalLM"),
     "ToyForCausalLM": ("toy", "ToyForCausalLM"),
+}
+
+# Pooling architectures. Upstream maps "LlamaModel" to LlamaForCausalLM and converts it at load
+# time (convert_type="embed"); mini's row names the converted class itself.
+_EMBEDDING_MODELS = {
+    "LlamaModel": ("llama", "LlamaForEmbedding"),
 }
 
 
@@ -125,10 +135,48 @@ class _ModelRegistry:
     def is_text_generation_model(self, architectures: str | list[str]) -> bool:
         return self.inspect_model_cls(architectures).is_text_generation_model
 
+    def is_pooling_model(self, architectures: str | list[str]) -> bool:
+        return self.inspect_model_cls(architectures).is_pooling_model
+
+    def is_pp_supported_model(self, architectures: str | list[str]) -> bool:
+        return self.inspect_model_cls(architectures).supports_pp
+
+    def verify_supported(
+        self,
+        architectures: str | list[str],
+        *,
+        runner: str = "generate",
+        enable_lora: bool = False,
+        pipeline_parallel_size: int = 1,
+    ) -> _ModelInfo:
+        """Refuse an engine the model cannot serve, from its flags alone (nothing is built).
+
+        ``runner`` is ``"generate"`` or ``"pooling"`` (upstream's ``runner_type``). The checks are
+        upstream's, gathered: pipeline parallelism needs ``SupportsPP``
+        (vllm/config/model.py:1191 — ModelConfig.verify_with_parallel_config), LoRA needs
+        ``SupportsLoRA`` (vllm/v1/worker/lora_model_runner_mixin.py:30 —
+        LoRAModelRunnerMixin.load_lora_model), and the runner must match what the model does
+        (vllm/v1/engine/input_processor.py:81 — InputProcessor._validate_params).
+        """
+        info = self.inspect_model_cls(architectures)
+        if runner not in ("generate", "pooling"):
+            raise ValueError(f"runner must be 'generate' or 'pooling', got {runner!r}")
+        if runner == "generate" and not info.is_text_generation_model:
+            raise ValueError(f"{info.architecture} does not support generation (it is a pooling model)")
+        if runner == "pooling" and not info.is_pooling_model:
+            raise ValueError(f"{info.architecture} does not support pooling (it is a generative model)")
+        if enable_lora and not info.supports_lora:
+            raise ValueError(f"{info.architecture} does not support LoRA")
+        if pipeline_parallel_size > 1 and not info.supports_pp:
+            raise NotImplementedError(
+                f"pipeline parallelism is not supported for {info.architecture}: it does not implement SupportsPP"
+            )
+        return info
+
 
 ModelRegistry = _ModelRegistry(
     {
         arch: _LazyRegisteredModel(f"mini_vllm.models.{mod}", cls)
-        for arch, (mod, cls) in _TEXT_GENERATION_MODELS.items()
+        for arch, (mod, cls) in {**_TEXT_GENERATION_MODELS, **_EMBEDDING_MODELS}.items()
     }
 )

@@ -5,8 +5,9 @@ this driver keeps each request's block table (blocks handed out in a shuffled or
 are never contiguous; block 0 is never used, like the block pool's null block), builds each
 step's flat batch (``input_ids``, ``positions``, ``AttentionMetadata``) as the runner's
 ``_prepare_inputs`` does, runs ``forward`` and returns the logits of the rows asked for.
-``generate_greedy`` staggers requests so prefill chunks and decodes share steps.
-``llama_checkpoint_shapes`` lists the tensors of a Hugging Face Llama checkpoint (names and shapes)
+``PagedDriver.pool`` / ``pool_requests`` embed whole prompts through a pooling model's ``pooler``,
+refusing what the model does not support. ``generate_greedy`` staggers requests so prefill chunks and decodes share steps.
+``hf_greedy`` is the Hugging Face side of those comparisons. ``llama_checkpoint_shapes`` lists the tensors of a Hugging Face Llama checkpoint (names and shapes)
 for tests that make one without transformers.
 """
 
@@ -15,6 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from mini_vllm.attention import AttentionMetadata, allocate_kv_caches
+from mini_vllm.models.interfaces import get_supported_tasks, is_pooling_model
+from mini_vllm.models.pooler import PoolingMetadata
+from mini_vllm.pooling_params import PoolingParams
 
 
 class PagedDriver:
@@ -30,6 +34,15 @@ class PagedDriver:
 
     def step(self, chunks: dict[object, list[int]], all_logits: bool = False) -> dict[object, np.ndarray]:
         """Feed each request its next tokens; the logits of its last token (or of every token)."""
+        hidden, md = self.forward(chunks)
+        out = {}
+        for r, rid in enumerate(chunks):
+            lo, hi = int(md.query_start_loc[r]), int(md.query_start_loc[r + 1])
+            out[rid] = self.model.compute_logits(hidden[lo:hi] if all_logits else hidden[hi - 1 : hi])
+        return out
+
+    def forward(self, chunks: dict[object, list[int]]) -> tuple[np.ndarray, AttentionMetadata]:
+        """One step's flat hidden states ``[T, H]`` (requests in ``chunks`` order) and its metadata."""
         ids, positions, query_lens, seq_lens = [], [], [], []
         for rid, tokens in chunks.items():
             start = self.lens.get(rid, 0)
@@ -50,11 +63,40 @@ class PagedDriver:
         hidden = self.model.forward(
             np.array(ids, dtype=np.int64), np.array(positions, dtype=np.int64), self.kv_caches, md
         )
-        out = {}
-        for r, rid in enumerate(chunks):
-            lo, hi = int(md.query_start_loc[r]), int(md.query_start_loc[r + 1])
-            out[rid] = self.model.compute_logits(hidden[lo:hi] if all_logits else hidden[hi - 1 : hi])
-        return out
+        return hidden, md
+
+    def pool(self, prompts: list[list[int]], pooling_params, pooling_task: str = "embed") -> list[np.ndarray]:
+        """Embed whole prompts in one step: what ``LLMEngine.embed`` / ``encode`` will run.
+
+        ``pooling_params`` is one ``PoolingParams`` (or None) for all prompts, or one per prompt;
+        each is resolved to ``pooling_task`` (``PoolingParams.verify``). Refused, before anything
+        runs: a model that does not pool, a task its pooler lacks, an empty prompt. Every prompt
+        is prefilled whole (no chunked prefill: MEAN and CLS pooling need all rows in one step).
+        """
+        tasks = get_supported_tasks(self.model)
+        if not is_pooling_model(self.model):
+            raise ValueError(
+                f"{type(self.model).__name__} does not support pooling (its tasks: {list(tasks)})"
+            )
+        if pooling_task not in tasks:
+            raise ValueError(f"unsupported pooling task {pooling_task!r}; this model supports {list(tasks)}")
+        if pooling_params is None or isinstance(pooling_params, PoolingParams):
+            pooling_params = [pooling_params] * len(prompts)
+        if len(pooling_params) != len(prompts):
+            raise ValueError(f"{len(pooling_params)} PoolingParams for {len(prompts)} prompts")
+        params = [(p or PoolingParams()).verify(pooling_task) for p in pooling_params]
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt to pool needs at least one token")
+        rids = [("pool", len(self.lens) + i) for i in range(len(prompts))]
+        hidden, _ = self.forward({rid: list(p) for rid, p in zip(rids, prompts)})
+        metadata = PoolingMetadata(np.array([len(p) for p in prompts]), params)
+        metadata.build_pooling_cursor([len(p) for p in prompts])
+        return self.model.pooler(hidden, metadata)
+
+
+def pool_requests(model, prompts, pooling_params=None, pooling_task: str = "embed", **driver_args):
+    """``PagedDriver(model, **driver_args).pool(prompts, pooling_params, pooling_task)``."""
+    return PagedDriver(model, **driver_args).pool(prompts, pooling_params, pooling_task)
 
 
 def generate_greedy(
@@ -96,6 +138,21 @@ def generate_greedy(
             outputs[i].append(int(np.argmax(logits[i][-1])))
         step += 1
     return outputs
+
+
+def hf_greedy(hf, prompt: list[int], max_tokens: int) -> list[int]:
+    """A Hugging Face causal LM's greedy continuation of one prompt, decoding with its own cache."""
+    import torch
+
+    out, cache = [], None
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            result = hf(ids, cache=cache, use_cache=True)
+            cache = result.cache
+            out.append(int(result.logits[0, -1].argmax()))
+            ids = torch.tensor([[out[-1]]])
+    return out
 
 
 def llama_checkpoint_shapes(config: dict) -> dict[str, tuple[int, ...]]:

@@ -139,7 +139,8 @@ def export_request(engine: PagedEngine, request_id: str) -> Snapshot:
     """Take ``request_id`` out of ``engine``: its tokens, counters and the KV of its
     ``num_computed_tokens`` tokens (every layer, logical order); free its blocks. Unknown id: KeyError."""
     raise NotImplementedError(
-        "export_request: check the id, pack engine.rows(block_ids, num_computed_tokens) for every layer into one array, build a Snapshot, free the blocks, drop the request"
+        "export_request: check the id, pack engine.rows(block_ids, num_computed_tokens) for every "
+        "layer into one array, build a Snapshot, free the blocks, drop the request"
     )
 
 
@@ -147,14 +148,17 @@ def import_request(engine: PagedEngine, snap: Snapshot) -> None:
     """Admit ``snap`` with its compute prepaid: claim ceil(computed / block_size) blocks, write the
     KV rows into them, set the counter. Too few free blocks: MemoryError, and the engine is unchanged."""
     raise NotImplementedError(
-        "import_request: check the shape, allocate ceil(num_computed / block_size) blocks (MemoryError before any change), write each row at (block_ids[pos // bs], pos % bs), add a Req carrying the counter"
+        "import_request: check the shape, allocate ceil(num_computed / block_size) blocks "
+        "(MemoryError before any change), write each row at (block_ids[pos // bs], pos % bs), add a"
+        " Req carrying the counter"
     )
 
 
 def run_to_completion(engine: PagedEngine, max_steps: int = 10_000) -> dict[str, list[int]]:
     """Step until nothing runs; request id -> its output tokens (finished ones included)."""
     raise NotImplementedError(
-        "run_to_completion: step while anything runs (at most max_steps, else RuntimeError) and return engine.finished"
+        "run_to_completion: step while anything runs (at most max_steps, else RuntimeError) and "
+        "return engine.finished"
     )
 
 

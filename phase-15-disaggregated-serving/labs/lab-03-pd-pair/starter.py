@@ -34,7 +34,8 @@ def extract_rows(kv_layer: torch.Tensor, slot_mapping: torch.Tensor, block_size:
     """The rows of ``slot_mapping``'s tokens from an HND layer ``(2, NB, H, BS, D)``, as the file
     stores them: ``(2, n, H * D)``, each token's heads in order (what the NHD path would store)."""
     raise NotImplementedError(
-        "split each slot into (block, offset), index kv[:, blocks, :, offsets, :] (that gives (n, 2, H, D)), move the K/V axis first and flatten heads x dims"
+        "split each slot into (block, offset), index kv[:, blocks, :, offsets, :] (that gives (n, "
+        "2, H, D)), move the K/V axis first and flatten heads x dims"
     )
 
 
@@ -44,7 +45,8 @@ def inject_rows(
     """Write ``(2, n, H * D)`` rows into the slots of an HND layer, in place (the layer may be a
     non-contiguous view of a larger buffer)."""
     raise NotImplementedError(
-        "check rows is (2, n, H*D) (ValueError), then assign through kv[:, blocks, :, offsets, :] with rows reshaped and permuted to (n, 2, H, D)"
+        "check rows is (2, n, H*D) (ValueError), then assign through kv[:, blocks, :, offsets, :] "
+        "with rows reshaped and permuted to (n, 2, H, D)"
     )
 
 

@@ -31,7 +31,8 @@ INT32_MAX = 2**31 - 1
 def cache_offset(slot, block_size, stride_block, stride_off):
     """Element offset of a slot's K row inside a layer (V is ``stride_kv`` further), in int64."""
     raise NotImplementedError(
-        "cache_offset: (slot // block_size) * stride_block + (slot % block_size) * stride_off, with slot cast to int64 first"
+        "cache_offset: (slot // block_size) * stride_block + (slot % block_size) * stride_off, with"
+        " slot cast to int64 first"
     )
 
 
@@ -57,7 +58,10 @@ def kv_gather_kernel(
     BLOCK: tl.constexpr,
 ):
     raise NotImplementedError(
-        "kv_gather_kernel: program (layer, tok): load the layer's base pointer from the table, find the slot's row with cache_offset and the buffer row with buffer_offset, then copy K (at the row) and V (stride_kv further) in masked BLOCK chunks to the buffer's K row and V row (num_tokens * hidden further)"
+        "kv_gather_kernel: program (layer, tok): load the layer's base pointer from the table, find"
+        " the slot's row with cache_offset and the buffer row with buffer_offset, then copy K (at "
+        "the row) and V (stride_kv further) in masked BLOCK chunks to the buffer's K row and V row "
+        "(num_tokens * hidden further)"
     )
 
 

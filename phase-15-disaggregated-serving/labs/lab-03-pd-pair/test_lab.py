@@ -130,3 +130,62 @@ def test_run_py_pairs_the_roles_with_one_block_size(torch):
     ).stdout
     assert '"kv_role": "kv_producer"' in out and '"kv_role": "kv_consumer"' in out
     assert out.count("--block-size 16") == 3, "all three servers must share the block size"
+
+
+# --------------------------------------------------------------------------- the whole engine (tier 2)
+
+
+@pytest.mark.engine
+def test_two_cpu_engines_agree_with_one_only_with_your_connector(tmp_path, torch):
+    """Five engine processes (about a minute each): one engine alone; a producer and a consumer with
+    vLLM's ExampleConnector; a producer and a consumer with yours. Only yours gives one engine's tokens."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from course.runtime import engine
+
+    # Your functions first: a starter fails here, before the minutes the engines take.
+    layer = torch.zeros(2, 2, 2, 16, 4)
+    lab.inject_rows(layer, torch.ones(2, 1, 8), torch.tensor([17]), 16)
+    assert layer[:, 1, :, 1, :].sum() == 16
+
+    prompts = [[(37 * i + 11 * k) % 200 + 50 for i in range(n)] for k, n in enumerate((50, 40))]
+    script = Path(__file__).with_name("engine_pair.py")
+
+    def run(role, store, connector, prompt_ids, max_tokens):
+        out = tmp_path / f"{role}-{connector}.json"
+        args = {
+            "role": role,
+            "model": str(engine.model_path()),
+            "store": str(store),
+            "prompts": prompt_ids,
+            "max_tokens": max_tokens,
+            "connector": connector,
+            "lab_file": str(Path(lab.__file__).resolve()),
+        }
+        proc = subprocess.run(
+            [str(engine.python()), str(script), json.dumps(args), str(out)],
+            env=engine.engine_env(),
+            capture_output=True,
+            text=True,
+            timeout=engine.JOB_TIMEOUT_S,
+            check=False,
+        )
+        assert proc.returncode == 0, f"{role} ({connector}) failed:\n{(proc.stdout + proc.stderr)[-3000:]}"
+        return json.loads(out.read_text())
+
+    single = run("single", tmp_path, "stock", prompts, 6)["tokens"]
+    pairs = {}
+    for connector in ("stock", "fixed"):
+        store = tmp_path / connector
+        store.mkdir()
+        first = run("producer", store, connector, prompts, 1)
+        assert first["stored_folders"] == 2, "the producer must store one folder per prompt"
+        tail = run("consumer", store, connector, [p + t for p, t in zip(prompts, first["tokens"])], 5)
+        assert tail["num_cached_tokens"] == [48, 32], "D must report 48 and 32 externally loaded tokens"
+        pairs[connector] = [a + b for a, b in zip(first["tokens"], tail["tokens"])]
+    assert pairs["stock"] != single, "expected the stock connector to be silently wrong on the CPU layout"
+    assert pairs["fixed"] == single, (
+        f"with your connector the pair gives {pairs['fixed']}, one engine {single}"
+    )

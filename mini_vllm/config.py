@@ -176,6 +176,38 @@ class SpeculativeConfig:
 
 
 @dataclass(frozen=True)
+class KVTransferConfig:
+    """``vllm/config/kv_transfer.py`` (``KVTransferConfig``): which connector, which role, its extras.
+
+    ``kv_role`` is ``"kv_producer"`` (saves), ``"kv_consumer"`` (loads) or ``"kv_both"``, upstream's
+    three roles; ``kv_connector_extra_config`` reaches the connector untouched (``shared_storage_path``,
+    and mini's ``load_async`` / ``load_delay_steps``).
+    """
+
+    kv_connector: str = "ExampleConnector"
+    kv_role: str = "kv_both"
+    kv_connector_extra_config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kv_connector, str) or not self.kv_connector:
+            raise ValueError(f"kv_connector must be a connector name, got {self.kv_connector!r}")
+        if self.kv_role not in ("kv_producer", "kv_consumer", "kv_both"):
+            raise ValueError(
+                f"kv_role must be one of 'kv_producer', 'kv_consumer', 'kv_both', got {self.kv_role!r}"
+            )
+        if not isinstance(self.kv_connector_extra_config, dict):
+            raise TypeError("kv_connector_extra_config must be a dict")
+
+    @property
+    def is_kv_producer(self) -> bool:
+        return self.kv_role in ("kv_producer", "kv_both")
+
+    @property
+    def is_kv_consumer(self) -> bool:
+        return self.kv_role in ("kv_consumer", "kv_both")
+
+
+@dataclass(frozen=True)
 class VllmConfig:
     """Everything one engine is built from; ``scheduler_config.max_model_len`` is always set."""
 

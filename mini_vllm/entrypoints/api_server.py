@@ -95,6 +95,10 @@ def build_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
     async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
         return _error(str(exc), exc.err_type, exc.status, exc.param)
 
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:  # a bug, never bad input
+        return _error(f"internal error: {type(exc).__name__}: {exc}", "InternalServerError", 500)
+
     if api_key:
         want = hashlib.sha256(api_key.encode()).digest()
 

@@ -23,6 +23,12 @@ class StreamOptions(OpenAIBaseModel):
     include_usage: bool = False
 
 
+class StructuredOutputsRequest(OpenAIBaseModel):
+    regex: str | None = None
+    choice: list[str] | None = None
+    json_object: bool | None = None
+
+
 class SamplingFields(OpenAIBaseModel):
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
@@ -36,6 +42,7 @@ class SamplingFields(OpenAIBaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
     logprobs: Literal[False] | None = None  # mini has no logprobs to return
+    structured_outputs: StructuredOutputsRequest | None = None  # vLLM's extension (extra_body)
 
 
 class CompletionRequest(SamplingFields):

@@ -81,7 +81,7 @@ _SCALAR = {
 
 
 def _escape(s: str) -> str:
-    return re.sub(r"([\\()|*+?\[\]])", r"\\\1", s)
+    return re.sub(r"([\\()|*+?\[\]{}.^$])", r"\\\1", s)
 
 
 def schema_regex(schema: dict, param: str) -> str:
@@ -101,8 +101,8 @@ def schema_regex(schema: dict, param: str) -> str:
             raise RequestError(
                 f"property {name!r}: mini forces string, integer, number, boolean or enum", param=param
             )
-        parts.append(_escape(json.dumps(name)) + ": " + value)
-    return "{" + ", ".join(parts) + "}"
+        parts.append(_escape(json.dumps(name, ensure_ascii=False)) + ": " + value)
+    return "\\{" + ", ".join(parts) + "\\}"
 
 
 def tool_call_regex(tools: Sequence[dict]) -> str:
@@ -111,11 +111,9 @@ def tool_call_regex(tools: Sequence[dict]) -> str:
         f = t["function"]
         args = schema_regex(f.get("parameters") or {"type": "object", "properties": {}}, "tools")
         alts.append(
-            '<tool_call>{"name": '
-            + _escape(json.dumps(f["name"]))
-            + ', "arguments": '
+            _escape('<tool_call>{"name": ' + json.dumps(f["name"], ensure_ascii=False) + ', "arguments": ')
             + args
-            + "}</tool_call>"
+            + _escape("}</tool_call>")
         )
     return "(" + "|".join(alts) + ")"
 
@@ -180,6 +178,15 @@ class OpenAIServing:
         max_tokens: int | None,
         structured: StructuredOutputsParams | None,
     ) -> list[SamplingParams]:
+        if req.structured_outputs is not None:
+            if structured is not None:
+                raise RequestError(
+                    "structured_outputs and another constraint cannot both apply", param="structured_outputs"
+                )
+            try:
+                structured = StructuredOutputsParams(**req.structured_outputs.model_dump(exclude_none=True))
+            except (TypeError, ValueError) as e:
+                raise RequestError(str(e), param="structured_outputs") from e
         room = self.model.max_model_len - prompt_len
         if room < 1:
             raise RequestError(
@@ -251,13 +258,13 @@ class OpenAIServing:
             for g in gens:
                 await g.aclose()
 
-    def _state(self, stop: Any, tools: bool) -> ChoiceState:
+    def _state(self, stop: Any, tools: bool, reasoning: bool) -> ChoiceState:
         try:
             detok = IncrementalDetokenizer(self.model.token_bytes, stop=stop)
         except ValueError as e:
             raise RequestError(str(e), param="stop") from e
-        reasoning = StreamingReasoningParser() if self.model.reasoning_parser else None
-        return ChoiceState(detok, reasoning, StreamingToolParser() if tools else None)
+        splitter = StreamingReasoningParser() if reasoning and self.model.reasoning_parser else None
+        return ChoiceState(detok, splitter, StreamingToolParser() if tools else None)
 
     # -- /v1/completions -------------------------------------------------------------------------
     async def create_completion(self, req: CompletionRequest) -> dict | AsyncIterator[str]:
@@ -265,7 +272,7 @@ class OpenAIServing:
         prompt = req.prompt
         n_prompt = len(self.model.encode(prompt)) if isinstance(prompt, str) else len(prompt)
         params = self._params(req, n_prompt, req.max_tokens, None)
-        states = [self._state(req.stop, tools=False) for _ in params]
+        states = [self._state(req.stop, tools=False, reasoning=False) for _ in params]
         gen = self._choices(prompt, params)
         first = await _first(
             gen
@@ -276,6 +283,8 @@ class OpenAIServing:
         if not req.stream:
             texts = [""] * len(states)
             async for i, d in _chain(first, gen):
+                if states[i].finish_reason is not None:  # stopped on a stop string; its abort follows
+                    continue
                 texts[i] += states[i].push(d)[1]
                 if states[i].finish_reason is not None and not d.finished:
                     self.model.llm.abort(d.request_id)
@@ -345,7 +354,9 @@ class OpenAIServing:
         prompt = self.model.render_chat(messages, tools if choice != "none" else None)
         n_prompt = len(self.model.encode(prompt))
         params = self._params(req, n_prompt, req.max_completion_tokens or req.max_tokens, structured)
-        states = [self._state(req.stop, tools=choice != "none") for _ in params]
+        # a grammar that forces a call or a format from the first token leaves no room for <think>
+        forced = structured is not None and req.structured_outputs is None
+        states = [self._state(req.stop, tools=choice != "none", reasoning=not forced) for _ in params]
         gen = self._choices(prompt, params)
         first = await _first(gen)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -353,6 +364,8 @@ class OpenAIServing:
         if not req.stream:
             parts = [["", ""] for _ in states]
             async for i, d in _chain(first, gen):
+                if states[i].finish_reason is not None:
+                    continue
                 r, c, _ = states[i].push(d)
                 parts[i][0] += r
                 parts[i][1] += c

@@ -164,3 +164,18 @@ def detok_stream(detok, chunks: Sequence[Sequence[int]]) -> tuple[list[str], str
 
 def args_obj(arguments: str) -> object:
     return json.loads(arguments)
+
+
+@functools.cache
+def _byte_ids() -> tuple[int, ...]:
+    from mini_vllm.entrypoints.detokenizer import _byte_level_decoder
+
+    vocab = tokenizer().get_vocab()
+    by_byte = {b: c for c, b in _byte_level_decoder().items()}
+    return tuple(vocab[by_byte[b]] for b in range(256))
+
+
+def byte_token_ids(data: bytes) -> list[int]:
+    """The tiny BPE's single-byte token for each byte: the byte-per-token stream vLLM can detokenize."""
+    table = _byte_ids()
+    return [table[b] for b in data]

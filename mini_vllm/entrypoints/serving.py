@@ -127,6 +127,7 @@ class ChoiceState:
     tool_calls: list[dict] = field(default_factory=list)
     finish_reason: str | None = None
     num_output_tokens: int = 0
+    named_tool: bool = False  # a named tool_choice finishes with "stop", as upstream's does
 
     def push(self, delta: TokenDelta) -> tuple[str, str, list[dict]]:
         """Tokens in; (reasoning, content, new tool calls) out. Sets ``finish_reason`` when done."""
@@ -154,7 +155,7 @@ class ChoiceState:
             self.tool_calls += calls
         if done:
             self.finish_reason = "stop" if stopped is not None else delta.finish_reason
-            if self.tool_calls and self.finish_reason == "stop":
+            if self.tool_calls and self.finish_reason == "stop" and not self.named_tool:
                 self.finish_reason = "tool_calls"
         return reasoning, content, calls
 
@@ -357,6 +358,8 @@ class OpenAIServing:
         # a grammar that forces a call or a format from the first token leaves no room for <think>
         forced = structured is not None and req.structured_outputs is None
         states = [self._state(req.stop, tools=choice != "none", reasoning=not forced) for _ in params]
+        for st in states:
+            st.named_tool = not isinstance(choice, str)
         gen = self._choices(prompt, params)
         first = await _first(gen)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())

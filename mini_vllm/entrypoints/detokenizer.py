@@ -104,6 +104,16 @@ class IncrementalDetokenizer:
     def num_output_tokens(self) -> int:
         return len(self.token_ids)
 
+    @property
+    def num_pending_bytes(self) -> int:
+        """Bytes of an unfinished character, waiting for the rest of it."""
+        return len(self._pending)
+
+    @property
+    def num_held_chars(self) -> int:
+        """Characters decoded but not yet handed out (the stop-string window)."""
+        return len(self.output_text) - self._last_output_text_offset
+
     def decode_next(self, token_id: int) -> str:
         """Add one token's bytes; return the whole characters they complete ('' while one is open)."""
         if isinstance(token_id, bool) or not isinstance(token_id, numbers.Integral):

@@ -51,9 +51,9 @@ def hang_up(port: int) -> None:
 def main() -> None:
     server = LiveServer(num_gpu_blocks=256, block_size=16, max_num_seqs=64)
     try:
-        prompt = server.model.render_chat([{"role": "user", "content": "Weather in Paris? 🚀"}], None)
+        prompt = server.model.render_chat([{"role": "user", "content": "Weather in Paris? 𝄞"}], None)
         print(f"chat template: {prompt!r}")
-        print(f"  {len(prompt)} characters -> {len(server.model.encode(prompt))} byte tokens (🚀 is 4)")
+        print(f"  {len(prompt)} characters -> {len(server.model.encode(prompt))} byte tokens (𝄞 is 4)")
         free = server.num_free_blocks()
         finishes, tokens = asyncio.run(burst(server.base_url))
         idle = server.wait_idle()

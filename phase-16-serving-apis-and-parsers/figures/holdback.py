@@ -15,7 +15,7 @@ from course.svgfig import BLUE, GREEN, GREY, INK, ORANGE, Svg
 from mini_vllm.entrypoints.detokenizer import IncrementalDetokenizer, byte_token_bytes
 from mini_vllm.entrypoints.tool_parsers import StreamingToolParser
 
-TEXT = 'Sure 🚀 <tool_call>{"name": "f", "arguments": {"q": "東京"}}</tool_call> ok!!'
+TEXT = 'Sure 𝄞 <tool_call>{"name": "f", "arguments": {"q": "東京"}}</tool_call> ok!!'
 STOP = ["!!"]
 
 
@@ -42,10 +42,10 @@ def draw(rows: list[dict], path: Path) -> None:
     width, left, ph, gap, top = 640, 60, 110, 58, 46
     bar = (width - left - 20) / len(rows)
     svg = Svg(width, top + len(panels) * (ph + gap) + 20, "Three hold-back buffers, token by token",
-              "For each byte token of a stream with an emoji, a tool call and a stop string: the bytes the "
+              "For each byte token of a stream with a 4-byte character, a tool call and a stop string: the bytes the "
               "detokenizer holds (at most 3), the characters held for the stop string (at most 1), and the "
               "characters the tool parser holds (a tag prefix, then the whole call until its closing tag).")
-    svg.text(left, 26, f"{len(rows)} byte tokens: 'Sure 🚀 <tool_call>…</tool_call> ok!!', stop=['!!']", 16)
+    svg.text(left, 26, f"{len(rows)} byte tokens: 'Sure 𝄞 <tool_call>…</tool_call> ok!!', stop=['!!']", 16)
     for p, (title, key, colour, ymax) in enumerate(panels):
         y0 = top + p * (ph + gap) + 24
         svg.text(left, y0 - 8, title, 17)

@@ -93,12 +93,12 @@ def naive_decode(token_ids: Sequence[int]) -> list[str]:
 
 
 def main() -> None:
-    rocket = list("🚀".encode())
-    print(f"🚀 is {len(rocket)} byte tokens: {[hex(b) for b in rocket]}")
-    print(f"  naive per-token decode: {naive_decode(rocket)}")
+    clef = list("𝄞".encode())
+    print(f"𝄞 is {len(clef)} byte tokens: {[hex(b) for b in clef]}")
+    print(f"  naive per-token decode: {naive_decode(clef)}")
     d = StreamingDetokenizer()
-    print(f"  streaming detokenizer:  {[d.feed(t) for t in rocket]}")
-    text = "naïve café — 你好 🚀🇫🇷"
+    print(f"  streaming detokenizer:  {[d.feed(t) for t in clef]}")
+    text = "naïve café — 你好 𝄞𝄢"
     ids = list(text.encode())
     d = StreamingDetokenizer()
     deltas = [d.feed(t) for t in ids]
@@ -106,8 +106,8 @@ def main() -> None:
     print(f"\n{text!r}: {len(text)} characters, {len(ids)} byte tokens, {held} tokens returned ''")
     print(f"  concatenation equals the text: {''.join(deltas) == text}; replacement chars: {''.join(deltas).count(chr(0xFFFD))}")
     d = StreamingDetokenizer()
-    cut = [d.feed(t) for t in list("ok🚀".encode())[:4]] + [d.flush()]
-    print(f"\nstream cut after 2 of 🚀's 4 bytes: {cut}")
+    cut = [d.feed(t) for t in list("ok𝄞".encode())[:4]] + [d.flush()]
+    print(f"\nstream cut after 2 of 𝄞's 4 bytes: {cut}")
     d = StreamingDetokenizer(stop=["STOP"])
     out = [d.feed(t) for t in list("go, then STOP here".encode())[: len("go, then STOP")]]
     print(f"\nstop=['STOP'] on 'go, then STOP here': deltas {out}")

@@ -6,7 +6,7 @@ from course.runtime import lab_module
 lab = lab_module(__file__)  # solution.py by default; LAB_IMPL=starter grades starter.py
 
 EOS = 256
-MIXED = "naïve café — 你好 🚀🇫🇷"
+MIXED = "naïve café — 你好 𝄞𝄢"
 
 
 def _stream(text_or_ids, stop=()):
@@ -25,9 +25,9 @@ def test_utf8_expected_len_table():
     for b, want in cases.items():
         got = lab.utf8_expected_len(b)
         assert got == want, f"utf8_expected_len(0x{b:02X}) should be {want}, got {got}"
-    rocket = "🚀".encode()
-    assert [lab.complete_prefix_len(rocket[:k]) for k in range(5)] == [0, 0, 0, 0, 4], (
-        "a prefix of 🚀 is complete only when all 4 bytes are there")
+    clef = "𝄞".encode()
+    assert [lab.complete_prefix_len(clef[:k]) for k in range(5)] == [0, 0, 0, 0, 4], (
+        "a prefix of 𝄞 is complete only when all 4 bytes are there")
     assert lab.complete_prefix_len(b"ab" + "你".encode()[:2]) == 2, "keep the 2 bytes of an unfinished 3-byte 你, emit 'ab'"
 
 
@@ -37,8 +37,8 @@ def test_ascii_streams_one_char_per_token():
 
 
 def test_emoji_is_held_until_complete():
-    out, _ = _stream("🚀")
-    assert out == ["", "", "", "🚀"], f"🚀 is 4 byte tokens: three '' then the rocket, got {out}"
+    out, _ = _stream("𝄞")
+    assert out == ["", "", "", "𝄞"], f"𝄞 is 4 byte tokens: three '' then the clef, got {out}"
 
 
 def test_never_emits_replacement_chars_for_valid_text():
@@ -49,11 +49,11 @@ def test_never_emits_replacement_chars_for_valid_text():
 
 
 def test_naive_approach_really_is_broken():
-    assert lab.naive_decode(list("🚀".encode())) == ["\ufffd"] * 4, "the control: per-token decode shows four garbage strings"
+    assert lab.naive_decode(list("𝄞".encode())) == ["\ufffd"] * 4, "the control: per-token decode shows four garbage strings"
 
 
 def test_flush_handles_truncated_sequence():
-    out, d = _stream(list("ok🚀".encode())[:4])
+    out, d = _stream(list("ok𝄞".encode())[:4])
     assert out == ["o", "k", "", ""]
     tail = d.flush()
     assert tail == "\ufffd", f"a stream cut inside a character must show U+FFFD at flush (never hide the cut), got {tail!r}"
@@ -65,7 +65,7 @@ def test_eos_is_ignored():
     assert d.feed(ord("a")) == "a"
     assert d.feed(EOS) == "", "ids >= 256 (EOS) are not bytes: they show nothing"
     assert d.feed(0xF0) == "" and d.feed(EOS) == "", "EOS in the middle of a character must not break it"
-    assert [d.feed(b) for b in "🚀".encode()[1:]] == ["", "", "🚀"]
+    assert [d.feed(b) for b in "𝄞".encode()[1:]] == ["", "", "𝄞"]
 
 
 def test_invalid_bytes_show_once_and_do_not_block():
@@ -75,7 +75,7 @@ def test_invalid_bytes_show_once_and_do_not_block():
 
 @pytest.mark.parametrize(("stop", "text", "want"), [
     (["end"], "the end is near", "the "),
-    (["🇫🇷"], MIXED, MIXED[: MIXED.find("🇫🇷")]),
+    (["𝄢"], MIXED, MIXED[: MIXED.find("𝄢")]),
     (["你好", "zz"], MIXED, MIXED[: MIXED.find("你好")]),
     (["é —"], MIXED, MIXED[: MIXED.find("é —")]),
     (["e"], "the", "th"),
@@ -107,7 +107,7 @@ def test_equals_minis_detokenizer_on_random_streams():
     from mini_vllm.entrypoints.detokenizer import IncrementalDetokenizer, byte_token_bytes
 
     rng = np.random.default_rng(0)
-    alphabet = list("ab 你好🚀é—") + ["STOP", "é "]
+    alphabet = list("ab 你好𝄞é—") + ["STOP", "é "]
     for trial in range(60):
         text = "".join(rng.choice(alphabet, size=int(rng.integers(1, 12))))
         ids = list(text.encode())
@@ -129,10 +129,10 @@ def test_equals_minis_detokenizer_on_random_streams():
 
 
 @pytest.mark.upstream
-@pytest.mark.parametrize("stop", [[], ["ok"], ["🇫🇷"], ["你好", "zz"]])
+@pytest.mark.parametrize("stop", [[], ["ok"], ["𝄢"], ["你好", "zz"]])
 def test_equals_vllms_fast_incremental_detokenizer(stop):
     rp = pytest.importorskip("mini_vllm.testing.real_parsers")
-    text = "Paris 🚀 ok. " + MIXED + " then more"
+    text = "Paris 𝄞 ok. " + MIXED + " then more"
     data = text.encode()
     deltas, v_stop, v_text = rp.detok_stream(rp.fast_detokenizer(rp.byte_token_ids(b"Hi"), stop), [[t] for t in rp.byte_token_ids(data)])
     out, d = _stream(text, stop)

@@ -19,7 +19,10 @@ CLOSE = "</tool_call>"
 
 def trailing_tag_prefix(text: str, tag: str) -> int:
     """Length of the longest *proper* prefix of ``tag`` that ``text`` ends with (0 if none)."""
-    raise NotImplementedError("try k = len(tag) - 1 down to 1: the first k with text.endswith(tag[:k]) is the answer; else 0")
+    raise NotImplementedError(
+        'try k = len(tag) - 1 down to 1: the first k with text.endswith(tag[:k]) is the '
+        'answer; else 0'
+    )
 
 def load_call(body: str) -> dict:
     """One call: JSON with a string ``name`` and an object ``arguments``; anything else raises ValueError."""
@@ -34,7 +37,10 @@ def load_call(body: str) -> dict:
 
 def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
     """(the text outside the tags, the calls in order). Malformed or unterminated calls raise ValueError."""
-    raise NotImplementedError("loop: find OPEN from pos; keep the text before it; find CLOSE after it (missing: ValueError); load_call the body; continue after CLOSE")
+    raise NotImplementedError(
+        'loop: find OPEN from pos; keep the text before it; find CLOSE after it (missing: '
+        'ValueError); load_call the body; continue after CLOSE'
+    )
 
 class StreamingToolParser:
     """Feed chunks; get events ``("content", str)`` and ``("tool_call", dict)``."""
@@ -51,7 +57,10 @@ class StreamingToolParser:
 
     def finish(self) -> list[tuple[str, object]]:
         """The stream ended: held text is content after all; an open call raises ValueError."""
-        raise NotImplementedError("inside a block: ValueError; otherwise the held text is content: return it and clear the buffer")
+        raise NotImplementedError(
+            'inside a block: ValueError; otherwise the held text is content: return it and clear '
+            'the buffer'
+        )
 
 def collect(events: list[tuple[str, object]]) -> tuple[str, list[dict]]:
     """Events folded into the batch shape: (content, calls)."""

@@ -27,19 +27,31 @@ MESSAGES = [{"role": "user", "content": "Say hello in French."}]
 
 def stream_deltas(client, model: str, max_tokens: int = 12) -> tuple[list[str | None], str]:
     """Step 1: every chunk's ``delta.content`` (the role chunk and the finish chunk included), and the greedy whole text."""
-    raise NotImplementedError("stream=True, temperature=0: collect c.choices[0].delta.content of every chunk with choices (keep '' and None); then the same request without stream")
+    raise NotImplementedError(
+        'stream=True, temperature=0: collect c.choices[0].delta.content of every chunk with '
+        "choices (keep '' and None); then the same request without stream"
+    )
 
 def forced_tool_call(client, model: str) -> dict:
     """Step 2: force ``get_weather``; return its name, its arguments parsed from the JSON string, the finish reason."""
-    raise NotImplementedError("tool_choice={'type': 'function', 'function': {'name': 'get_weather'}}, tools=[WEATHER_TOOL], max_tokens=128; arguments arrive as a JSON *string*")
+    raise NotImplementedError(
+        "tool_choice={'type': 'function', 'function': {'name': 'get_weather'}}, "
+        'tools=[WEATHER_TOOL], max_tokens=128; arguments arrive as a JSON *string*'
+    )
 
 def error_of(fn) -> dict:
     """Steps 3-4: call ``fn``; return the HTTP status and the ``error`` object of the body it raised."""
-    raise NotImplementedError("catch openai.APIStatusError; e.status_code, e.response.json()['error'], type(e).__name__")
+    raise NotImplementedError(
+        "catch openai.APIStatusError; e.status_code, e.response.json()['error'], "
+        'type(e).__name__'
+    )
 
 def abandon_stream(base_url: str, model: str, events_to_read: int = 3) -> int:
     """Step 5: start a long stream over a raw socket, read a few SSE events, hang up. Returns events read."""
-    raise NotImplementedError("open a socket, send a raw POST /v1/completions with stream=true and a large max_tokens, recv until N 'data: ' events, close; return the count")
+    raise NotImplementedError(
+        'open a socket, send a raw POST /v1/completions with stream=true and a large '
+        "max_tokens, recv until N 'data: ' events, close; return the count"
+    )
 
 def smoke(base_url: str, model: str) -> dict:
     """All five steps against the server at ``base_url`` (``http://host:port``)."""

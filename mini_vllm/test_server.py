@@ -114,7 +114,9 @@ def test_forced_tool_call(client):
     chunks = list(s)
     calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
     assert len(calls) == 1 and calls[0].function.name == "get_weather"
-    assert chunks[-1].choices[0].finish_reason == "stop", "a named tool_choice finishes with 'stop' (upstream's rule)"
+    assert chunks[-1].choices[0].finish_reason == "stop", (
+        "a named tool_choice finishes with 'stop' (upstream's rule)"
+    )
 
 
 def test_reasoning_split(client):

@@ -17,8 +17,6 @@ the abandoned request (vLLM logs the abort), and stops the server.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
 import subprocess
 import sys
 import time
@@ -26,14 +24,6 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-
-
-def load_lab():
-    name = "starter" if os.environ.get("LAB_IMPL") == "starter" else "solution"
-    spec = importlib.util.spec_from_file_location(f"lab16_03_{name}", HERE / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def wait_healthy(base_url: str, proc: subprocess.Popen | None, timeout_s: float) -> None:
@@ -57,7 +47,9 @@ def main() -> int:
     ap.add_argument("--base-url", default=None, help="use a running server instead of starting vllm serve")
     ap.add_argument("--startup-timeout", type=float, default=600)
     args = ap.parse_args()
-    lab = load_lab()
+    from course.runtime.bench import this_lab
+
+    lab = this_lab(__file__)  # solution.py, or starter.py with LAB_IMPL=starter
     proc, log = None, None
     base_url = args.base_url
     if base_url is None:

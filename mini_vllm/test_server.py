@@ -307,7 +307,7 @@ def test_random_bodies_never_500(server):
         max_size=2,
     )
 
-    @hyp.settings(max_examples=40, deadline=None, derandomize=True)
+    @hyp.settings(max_examples=25, deadline=None, derandomize=True)
     @hyp.given(
         path=st.sampled_from(["/v1/completions", "/v1/chat/completions"]),
         body=st.dictionaries(keys, value, max_size=5),

@@ -85,6 +85,23 @@ def test_streamed_deltas_equal_the_whole_text(client):
     assert "".join(d or "" for d in deltas) == chat.choices[0].message.content
 
 
+def test_n_seed_token_prompt_and_json_schema(client):
+    kw = dict(model="mini-toy", prompt=[72, 105], max_tokens=6, temperature=1.0, seed=7, n=2, extra_body={"ignore_eos": True})
+    a, b = client.completions.create(**kw), client.completions.create(**kw)
+    assert [c.text for c in a.choices] == [c.text for c in b.choices], "a seed makes the n choices reproducible"
+    assert [c.index for c in a.choices] == [0, 1] and a.usage.prompt_tokens == 2
+    assert a.usage.completion_tokens == 12, "usage counts every choice's tokens: 2 x 6"
+    streamed = list(client.completions.create(stream=True, **kw))
+    for i in range(2):
+        text = "".join(c.choices[0].text for c in streamed if c.choices and c.choices[0].index == i)
+        assert text == a.choices[i].text, f"choice {i}: streamed text must equal the non-streamed one"
+    schema = {"type": "object", "properties": {"unit": {"enum": ["C", "F"]}, "ok": {"type": "boolean"}}}
+    r = client.chat.completions.create(model="mini-toy", messages=[{"role": "user", "content": "json"}], max_tokens=40,
+                                       response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": schema}})
+    obj = json.loads(r.choices[0].message.content)
+    assert obj["unit"] in ("C", "F") and isinstance(obj["ok"], bool)
+
+
 def test_stop_string_cuts_and_finishes(client):
     base = client.completions.create(
         model="mini-toy", prompt="ab", max_tokens=20, temperature=0, extra_body={"ignore_eos": True}

@@ -38,13 +38,13 @@ def test_streams_equal_generate_and_interleave():
 
 
 def test_leaving_early_aborts_and_frees_blocks():
-    engine = LLMEngine(num_gpu_blocks=32, block_size=4)
+    engine = LLMEngine(num_gpu_blocks=1024, block_size=16)
     start = _free(engine)
     llm = AsyncLLM(engine)
 
     async def main():
         try:
-            gen = llm.generate("hello", SamplingParams(max_tokens=100, temperature=0, ignore_eos=True))
+            gen = llm.generate("hello", SamplingParams(max_tokens=16000, temperature=0, ignore_eos=True))
             async for d in gen:
                 if d.num_output_tokens >= 3:
                     break
@@ -55,6 +55,7 @@ def test_leaving_early_aborts_and_frees_blocks():
 
     asyncio.run(main())
     assert not engine.has_unfinished_requests(), "a consumer that leaves must abort its request"
+    assert engine.num_steps < 16000, f"the request ran {engine.num_steps} steps: it was not aborted, it ran to max_tokens"
     assert _free(engine) == start, "the aborted request's blocks must return to the pool"
 
 

@@ -224,7 +224,8 @@ def test_concurrent_streams_all_finish_and_blocks_return(server):
 def test_disconnect_mid_stream_aborts_and_frees_blocks(server):
     start = server.num_free_blocks()
     for _ in range(3):
-        body = json.dumps({"prompt": "long", "max_tokens": 900, "stream": True, "ignore_eos": True}).encode()
+        steps = server.engine.num_steps
+        body = json.dumps({"prompt": "long", "max_tokens": 1000, "stream": True, "ignore_eos": True}).encode()
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         sock.sendall(
             b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -238,6 +239,8 @@ def test_disconnect_mid_stream_aborts_and_frees_blocks(server):
         sock.close()
         assert server.wait_idle(), "the engine still holds the disconnected request"
         assert server.num_free_blocks() == start, "a disconnected request's KV blocks were not freed"
+        ran = server.engine.num_steps - steps
+        assert ran < 1000, f"the request ran {ran} steps after the hang-up: it was not aborted, it ran to max_tokens"
 
 
 def test_api_key_guards_v1_only():

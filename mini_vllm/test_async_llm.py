@@ -67,9 +67,8 @@ def test_bad_input_raises_before_anything_is_yielded():
             with pytest.raises(ValueError, match="empty"):
                 async for _ in llm.generate("", SamplingParams(max_tokens=2)):
                     pass
-            async for d in llm.generate("ok", SamplingParams(max_tokens=2, temperature=0)):
-                pass
-            return d.finished
+            deltas = [d async for d in llm.generate("ok", SamplingParams(max_tokens=2, temperature=0))]
+            return deltas[-1].finished
         finally:
             await llm.shutdown()
 

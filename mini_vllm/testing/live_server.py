@@ -1,0 +1,60 @@
+"""Run mini's OpenAI server in this process on a free loopback port (tests and Phase 16's lab 03).
+
+``LiveServer(**engine_args)`` starts uvicorn on a background thread, bound to 127.0.0.1 on a port
+the OS picks, and waits (bounded) until ``/health`` answers; ``stop()`` shuts it down. The engine
+stays reachable (``server.engine``) so a test can read the block pool.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from typing import Any
+
+
+class LiveServer:
+    def __init__(
+        self, api_key: str | None = None, reasoning_parser: str | None = None, **engine_args: Any
+    ) -> None:
+        import uvicorn
+
+        from mini_vllm.entrypoints.api_server import build_app, load_model
+
+        self.model = load_model(None, reasoning_parser, **engine_args)
+        self.engine = self.model.llm.engine
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(build_app(self.model, api_key), log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(self.base_url + "/health", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or not self.thread.is_alive():
+                    raise RuntimeError("mini's server did not come up within 20 s") from None
+                time.sleep(0.02)
+
+    def num_free_blocks(self) -> int:
+        return self.engine.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """True once the engine holds no request (aborts applied); False after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.engine.has_unfinished_requests() or self.model.llm._sent:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -13,9 +13,9 @@ contract (``mini_vllm/models/interfaces.py``)::
 
 ``register`` puts it in a ``ModelRegistry`` under ``"BigramForCausalLM"``; ``build_model`` resolves
 a config's ``architectures`` through the registry and builds the class, as vLLM's loader does.
-``install_model`` serves any contract model through a live ``LLMEngine``: ``ContractExecutor``
-replaces the engine's executor and calls only ``forward`` and ``compute_logits``. The engine's
-code does not change.
+``install_model`` serves any contract model through a live ``LLMEngine``: the engine's model
+runner gets a ``ContractModel`` that calls only ``forward`` and ``compute_logits`` and checks their
+shapes. The engine's code does not change.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from mini_vllm.executor import Executor
 from mini_vllm.models.interfaces import IsAttentionFree, KVCacheSpec
 
 ARCH = "BigramForCausalLM"
@@ -94,39 +93,43 @@ def build_model(config: dict[str, Any], registry):
     return model_cls(config)
 
 
-class ContractExecutor(Executor):
-    """An executor over one contract model, in this process. It calls ``model.forward`` and
-    ``model.compute_logits`` and nothing else, and refuses logits that are not one row of
-    ``vocab_size`` per scheduled request."""
+class ContractModel:
+    """Wraps one contract model for the engine's runner. The runner calls ``forward`` on every
+    scheduled token, flattened, then ``compute_logits`` on the rows it samples from (one per
+    request); this wrapper passes both through and refuses a ``forward`` that does not return one
+    row per token or logits that are not one row of ``vocab_size`` per row asked for."""
 
     def __init__(self, model, vocab_size: int) -> None:
-        super().__init__(vocab_size, 1)
-        self._model = model
+        self._model, self.vocab_size = model, vocab_size
 
-    def collective_rpc(self, method: str, args=(), kwargs=None) -> list[Any]:
-        if method != "execute_model":
-            raise ValueError(f"ContractExecutor runs only execute_model, not {method!r}")
-        tokens, positions = args
-        hidden = self._model.forward(tokens, positions, [], None)
-        logits = np.asarray(self._model.compute_logits(hidden))
-        if logits.shape != (len(tokens), self.vocab_size):
+    def forward(self, input_ids, positions, kv_caches, attn_metadata):
+        hidden = np.asarray(self._model.forward(input_ids, positions, kv_caches, attn_metadata))
+        if hidden.ndim != 2 or hidden.shape[0] != len(input_ids):
             raise ValueError(
-                f"the model returned logits of shape {logits.shape} for {len(tokens)} scheduled requests; "
-                f"the engine needs ({len(tokens)}, {self.vocab_size}): one row per request, in order"
+                f"forward returned hidden states of shape {hidden.shape} for {len(input_ids)} scheduled "
+                f"tokens; the engine needs one row per token (then one row per request, in order)"
             )
-        return [(logits, 0)]
+        return hidden
 
-    def shutdown(self) -> None:
-        self.is_shut_down = True
+    def compute_logits(self, hidden_states):
+        logits = np.asarray(self._model.compute_logits(hidden_states))
+        if logits.shape != (len(hidden_states), self.vocab_size):
+            raise ValueError(
+                f"the model returned logits of shape {logits.shape} for {len(hidden_states)} rows; "
+                f"the engine needs ({len(hidden_states)}, {self.vocab_size}): one row per request, in order"
+            )
+        return logits
+
+    def get_kv_cache_spec(self) -> KVCacheSpec:
+        return KVCacheSpec(num_layers=0, num_kv_heads=0, head_size=0, dtype=np.float32)
 
 
 def install_model(engine, model) -> None:
-    """Serve ``model`` from now on: the engine's old executor is shut down and replaced by a
-    ``ContractExecutor`` over ``model`` with the engine's vocabulary. Call it before any request."""
-    old = engine.model_executor
-    engine.model_executor = ContractExecutor(model, old.vocab_size)
-    old.shutdown()
-
+    """Serve ``model`` from now on: the engine's model runner (``GPUModelRunner``, owned by the
+    executor's one worker) gets a ``ContractModel`` over ``model`` with the engine's vocabulary in
+    place of the toy. Call it before any request; the engine's code does not change."""
+    runner = engine.model_executor.driver_worker.model_runner
+    runner.model = ContractModel(model, engine.model_executor.vocab_size)
 
 def main() -> None:
     from mini_vllm.engine import LLMEngine

@@ -13,9 +13,9 @@ contract (``mini_vllm/models/interfaces.py``)::
 
 ``register`` puts it in a ``ModelRegistry`` under ``"BigramForCausalLM"``; ``build_model`` resolves
 a config's ``architectures`` through the registry and builds the class, as vLLM's loader does.
-``install_model`` serves any contract model through a live ``LLMEngine``: ``ContractExecutor``
-replaces the engine's executor and calls only ``forward`` and ``compute_logits``. The engine's
-code does not change.
+``install_model`` serves any contract model through a live ``LLMEngine``: the engine's model
+runner gets a ``ContractModel`` that calls only ``forward`` and ``compute_logits`` and checks their
+shapes. The engine's code does not change.
 Grade with: LAB_IMPL=starter .venv/bin/python -m pytest phase-14-model-architectures/labs/lab-01-add-a-toy-architecture -q
 """
 
@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from mini_vllm.executor import Executor
 from mini_vllm.models.interfaces import IsAttentionFree, KVCacheSpec
 
 ARCH = "BigramForCausalLM"
@@ -74,32 +73,36 @@ def build_model(config: dict[str, Any], registry):
     )
 
 
-class ContractExecutor(Executor):
-    """An executor over one contract model, in this process. It calls ``model.forward`` and
-    ``model.compute_logits`` and nothing else, and refuses logits that are not one row of
-    ``vocab_size`` per scheduled request."""
+class ContractModel:
+    """Wraps one contract model for the engine's runner. The runner calls ``forward`` on every
+    scheduled token, flattened, then ``compute_logits`` on the rows it samples from (one per
+    request); this wrapper passes both through and refuses a ``forward`` that does not return one
+    row per token or logits that are not one row of ``vocab_size`` per row asked for."""
 
     def __init__(self, model, vocab_size: int) -> None:
-        super().__init__(vocab_size, 1)
-        self._model = model
+        self._model, self.vocab_size = model, vocab_size
 
-    def collective_rpc(self, method: str, args=(), kwargs=None) -> list[Any]:
+    def forward(self, input_ids, positions, kv_caches, attn_metadata):
         raise NotImplementedError(
-            "ContractExecutor.collective_rpc: only 'execute_model'; hidden = forward(tokens, "
-            "positions, [], None); logits = compute_logits(hidden); refuse any shape but "
-            "(len(tokens), vocab_size); return [(logits, 0)]"
+            "ContractModel.forward: call the wrapped model's forward; refuse (ValueError) anything "
+            "but a 2-D array with one row per scheduled token"
         )
 
-    def shutdown(self) -> None:
-        self.is_shut_down = True
+    def compute_logits(self, hidden_states):
+        raise NotImplementedError(
+            "ContractModel.compute_logits: call the wrapped model's compute_logits; refuse "
+            "(ValueError) any shape but one row of vocab_size per row of hidden_states"
+        )
+
+    def get_kv_cache_spec(self) -> KVCacheSpec:
+        return KVCacheSpec(num_layers=0, num_kv_heads=0, head_size=0, dtype=np.float32)
 
 
 def install_model(engine, model) -> None:
     raise NotImplementedError(
-        "install_model: replace engine.model_executor by a ContractExecutor over the model with the "
-        "old executor's vocab_size, and shut the old one down"
+        "install_model: the engine's runner is engine.model_executor.driver_worker.model_runner; "
+        "give it a ContractModel over the model (vocabulary: engine.model_executor.vocab_size)"
     )
-
 
 def main() -> None:
     from mini_vllm.engine import LLMEngine

@@ -47,10 +47,11 @@ def error_of(fn) -> dict:
     )
 
 def abandon_stream(base_url: str, model: str, events_to_read: int = 3) -> int:
-    """Step 5: start a long stream over a raw socket, read a few SSE events, hang up. Returns events read."""
+    """Step 5: start a long stream over a raw socket, read a few SSE events, hang up. Returns how many
+    of the ``events_to_read`` arrived before the hang-up (one ``recv`` may carry more; they are not counted)."""
     raise NotImplementedError(
         'open a socket, send a raw POST /v1/completions with stream=true and a large '
-        "max_tokens, recv until N 'data: ' events, close; return the count"
+        "max_tokens, recv until N 'data: ' events, close; return the count, at most N"
     )
 
 def smoke(base_url: str, model: str) -> dict:

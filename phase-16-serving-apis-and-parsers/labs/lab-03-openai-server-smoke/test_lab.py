@@ -60,7 +60,7 @@ def test_wrong_model_is_a_404(client):
 
 def test_disconnect_aborts_and_frees_blocks(server):
     free, steps = server.num_free_blocks(), server.engine.num_steps
-    assert lab.abandon_stream(server.base_url, "mini-toy") >= 3, "read at least three SSE events before hanging up (one recv may hold several)"
+    assert lab.abandon_stream(server.base_url, "mini-toy") == 3
     assert server.wait_idle(), "the engine still runs the abandoned request: disconnect must abort it"
     assert server.num_free_blocks() == free, "the abandoned request's KV blocks must return to the pool"
     assert server.engine.num_steps - steps < 2000, "it ran to max_tokens: the hang-up never became an abort"

@@ -13,7 +13,6 @@ restored after), so building ``ModelConfig`` does not start the registry's inspe
 """
 
 import json
-import socket
 
 import numpy as np
 import pytest
@@ -24,19 +23,14 @@ from mini_vllm.test_mixtral import CONFIG, mixtral_checkpoint
 pytestmark = pytest.mark.upstream
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def real_mixtral(tmp_path_factory):
     """(vLLM's MixtralForCausalLM on CPU, its VllmConfig), in a world-1 gloo group."""
     from vllm import ModelRegistry
     from vllm.config import DeviceConfig, ModelConfig, VllmConfig, set_current_vllm_config
-    from vllm.distributed import parallel_state as ps
     from vllm.model_executor.models.mixtral import MixtralForCausalLM
+
+    from course.runtime.real_llama import world_one
 
     path = tmp_path_factory.mktemp("mixtral-config")
     config = {**CONFIG, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "dtype": "float32"}
@@ -49,23 +43,8 @@ def real_mixtral(tmp_path_factory):
             model=str(path), skip_tokenizer_init=True, dtype="float32", max_model_len=256, seed=0
         )
         vllm_config = VllmConfig(model_config=model_config, device_config=DeviceConfig(device="cpu"))
-        started = not ps.model_parallel_is_initialized()
-        with set_current_vllm_config(vllm_config):
-            if started:
-                ps.init_distributed_environment(
-                    world_size=1,
-                    rank=0,
-                    distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
-                    local_rank=0,
-                    backend="gloo",
-                )
-                ps.initialize_model_parallel(1, 1)
-            try:
-                yield MixtralForCausalLM(vllm_config=vllm_config, prefix=""), vllm_config
-            finally:
-                if started:
-                    ps.destroy_model_parallel()
-                    ps.destroy_distributed_environment()
+        with set_current_vllm_config(vllm_config), world_one():
+            yield MixtralForCausalLM(vllm_config=vllm_config, prefix=""), vllm_config
     finally:
         if saved is not None:
             ModelRegistry.models["MixtralForCausalLM"] = saved

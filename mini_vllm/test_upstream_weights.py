@@ -8,7 +8,6 @@ Mini loads the same tensors. Every parameter of the real model must hold exactly
 parameter of the same name holds: every checkpoint tensor landed in the same fused rows.
 """
 
-import socket
 
 import numpy as np
 import pytest
@@ -19,40 +18,19 @@ from mini_vllm.testing.paged import llama_checkpoint_shapes
 pytestmark = pytest.mark.upstream
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def real_llama():
     """(vLLM's LlamaForCausalLM on CPU, its hf_config as a dict), in a world-1 gloo group."""
     from vllm.config import set_current_vllm_config
-    from vllm.distributed import parallel_state as ps
     from vllm.model_executor.models.llama import LlamaForCausalLM
 
     from course.runtime import real_vllm as rv
+    from course.runtime.real_llama import world_one
 
     vllm_config = rv.make_vllm_config()
-    started = not ps.model_parallel_is_initialized()
-    with set_current_vllm_config(vllm_config):
-        if started:
-            ps.init_distributed_environment(
-                world_size=1,
-                rank=0,
-                distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
-                local_rank=0,
-                backend="gloo",
-            )
-            ps.initialize_model_parallel(1, 1)
-        try:
-            model = LlamaForCausalLM(vllm_config=vllm_config, prefix="")
-            yield model, vllm_config.model_config.hf_config.to_dict()
-        finally:
-            if started:
-                ps.destroy_model_parallel()
-                ps.destroy_distributed_environment()
+    with set_current_vllm_config(vllm_config), world_one():
+        model = LlamaForCausalLM(vllm_config=vllm_config, prefix="")
+        yield model, vllm_config.model_config.hf_config.to_dict()
 
 
 def test_every_checkpoint_tensor_lands_in_the_same_fused_rows_as_vllm(real_llama):

@@ -15,6 +15,7 @@ MLP, RoPE and ``compute_logits`` run standalone and match Hugging Face exactly.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,22 @@ def ensure_world_one() -> None:
         backend="gloo",
     )
     ps.initialize_model_parallel(1, 1)
+
+
+@contextlib.contextmanager
+def world_one():
+    """``ensure_world_one`` for the length of a ``with`` block: the groups this call made are torn
+    down on the way out; groups that were already there are left as they were."""
+    import vllm.distributed.parallel_state as ps
+
+    started = not ps.model_parallel_is_initialized()
+    ensure_world_one()
+    try:
+        yield
+    finally:
+        if started:
+            ps.destroy_model_parallel()
+            ps.destroy_distributed_environment()
 
 
 def vllm_config(**hf_overrides: Any):

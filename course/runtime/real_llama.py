@@ -50,18 +50,21 @@ def ensure_world_one() -> None:
 
 @contextlib.contextmanager
 def world_one():
-    """``ensure_world_one`` for the length of a ``with`` block: the groups this call made are torn
-    down on the way out; groups that were already there are left as they were."""
+    """A fresh world-size-1 group for the length of a ``with`` block, built under the current vLLM
+    config (an MoE model needs the expert-parallel group that a dense model's set-up leaves out):
+    groups an earlier test left are torn down first, and this block's on the way out. Use it inside
+    ``set_current_vllm_config``; ``ensure_world_one`` rebuilds groups for whoever needs them next."""
     import vllm.distributed.parallel_state as ps
 
-    started = not ps.model_parallel_is_initialized()
+    if ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()
+        ps.destroy_distributed_environment()
     ensure_world_one()
     try:
         yield
     finally:
-        if started:
-            ps.destroy_model_parallel()
-            ps.destroy_distributed_environment()
+        ps.destroy_model_parallel()
+        ps.destroy_distributed_environment()
 
 
 def vllm_config(**hf_overrides: Any):

@@ -15,6 +15,12 @@ torch and vllm (seconds). What it builds, all from the pinned vLLM 0.22.1 classe
 * ``make_tokenizer()`` — vLLM's own tokenizer loader on the tiny model's byte-level BPE.
 * ``unpinned_h2d()`` — a context manager for the one pinned-memory default a CPU-only torch
   rejects (see its docstring).
+
+Under ``TRITON_INTERPRET=1`` it also mends one interpreter bug of Triton 3.7 (the release the
+CUDA build of torch 2.13 pins, so the one a Python 3.12 venv gets): a Python ``bool`` passed to a
+kernel became an int32 array typed ``int1`` and failed with "numpy data itemsize (32 bits) exceeds
+dtype primitive_bitwidth (1 bits)". Triton 3.9 converts it as a one-bit boolean, which is what
+``_mend_interpreter_bools`` teaches 3.7 to do; on a Triton that already does, it changes nothing.
 """
 
 from __future__ import annotations
@@ -59,6 +65,40 @@ from course.runtime import tiny_model
 
 for _name in ("vllm", "transformers"):
     logging.getLogger(_name).setLevel(logging.ERROR)
+
+
+def _mend_interpreter_bools() -> bool:
+    """Make Triton's interpreter take a ``bool`` kernel argument as int1 (see the module docstring).
+
+    Returns True when it had to patch, False when Triton already converts bools (or when the
+    interpreter is off or Triton is absent).
+    """
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    try:
+        import numpy as np
+        from triton import language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return False
+    original = interpreter._implicit_cvt
+    try:
+        original(True)
+        return False  # this Triton handles bools already
+    except ValueError:
+        pass
+
+    def implicit_cvt(arg: Any) -> Any:
+        if isinstance(arg, bool):
+            handle = interpreter.TensorHandle(np.array([arg], dtype=np.bool_), tl.int1)
+            return tl.tensor(handle, tl.int1)
+        return original(arg)
+
+    interpreter._implicit_cvt = implicit_cvt
+    return True
+
+
+_mend_interpreter_bools()
 
 STUB_ARCH = "CourseStubForCausalLM"
 NUM_LAYERS = 2

@@ -79,6 +79,23 @@ def test_upstream_triton_kernel_is_real_and_interpreted(rv):
     assert out.tolist() == [7, 7, -1, -1, -1, 4, 4, 4], f"expand_kernel computed {out.tolist()}"
 
 
+@needs_no_cuda
+def test_interpreter_takes_a_bool_argument_as_one_bit(rv):
+    """Triton 3.7's interpreter (the 3.12 venv's, pinned by torch's CUDA build) typed a bool as int1
+    over an int32 array and raised; after importing real_vllm every Triton here converts it."""
+    import numpy as np
+    from triton import language as tl
+    from triton.runtime import interpreter
+
+    for flag in (True, False):
+        t = interpreter._implicit_cvt(flag)
+        assert t.dtype == tl.int1 and t.handle.data.dtype == np.bool_, (
+            f"a Python {flag} must reach the kernel as a one-bit boolean, got {t.dtype} over {t.handle.data.dtype}"
+        )
+        assert bool(t.handle.data[0]) is flag
+    assert interpreter._implicit_cvt(7).dtype == tl.int32, "ints keep their own conversion"
+
+
 def test_plugin_is_found_by_a_fresh_interpreter():
     """A child started with apply_env's environment sees the wiring and finds the plugin's entry point
     (what a check-labs child or a learner's script gets); the resolution itself is tested above."""

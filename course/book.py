@@ -113,6 +113,7 @@ SEARCH_SUFFIX = "'));"
 SEARCH_INDEX_MAX_BYTES = 5_000_000  # above it the build warns
 SEARCH_INDEX_FAIL_BYTES = 6_000_000  # above it the build fails: a phone downloads it on first search
 WORD_RE = re.compile(r"[a-z_][a-z0-9_]*$")  # the tokens a reader types; numbers and punctuation runs are not
+TEASER_CHARS = 500  # a result's snippet is cut from its section's first this-many characters
 
 
 TABLE_RE = re.compile(r"(?m)(^[ \t]*\|.*\n?)+")
@@ -139,16 +140,18 @@ def _prune(node: dict, prefix: str) -> None:
         _prune(child, prefix + key)
         if not WORD_RE.match(prefix + key):
             child["docs"], child["df"] = {}, 0
-        for posting in child["docs"].values():  # sqrt(count) to 17 digits: 3 rank results the same
-            posting["tf"] = round(posting["tf"], 3)
+        for posting in child["docs"].values():  # sqrt(count) to 17 digits: 1 ranks results the same
+            tf = round(posting["tf"], 1)
+            posting["tf"] = int(tf) if tf == int(tf) else tf  # 77% of postings are 1.0: write "1"
         if not child["docs"] and set(child) == {"docs", "df"}:
             del node[key]
 
 
 def slim_index_js(text: str) -> str:
     """mdBook's ``searchindex-*.js`` without the breadcrumbs field's index, without tokens that are
-    not words (numbers, punctuation runs) and with term weights to 3 digits; the page trail still
-    shows in the results."""
+    not words (numbers, punctuation runs), with term weights to one decimal, and with each section's
+    stored text (what a result's snippet is cut from; the index itself still has every word) cut at
+    a word boundary near ``TEASER_CHARS``; the page trail still shows in the results."""
     if not (text.startswith(SEARCH_PREFIX) and text.rstrip().endswith(SEARCH_SUFFIX)):
         return text
     raw = text.rstrip()[len(SEARCH_PREFIX) : -len(SEARCH_SUFFIX)]
@@ -159,6 +162,11 @@ def slim_index_js(text: str) -> str:
     data["search_options"]["fields"].pop("breadcrumbs", None)
     for field in index["index"].values():
         _prune(field["root"], "")
+    for doc in index["documentStore"]["docs"].values():
+        text = doc.get("body", "")
+        if len(text) > TEASER_CHARS:
+            cut = text.rfind(" ", 0, TEASER_CHARS)
+            doc["body"] = text[: cut if cut > 0 else TEASER_CHARS] + " …"
     body = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return SEARCH_PREFIX + body.replace("\\", "\\\\").replace("'", "\\'") + SEARCH_SUFFIX + "\n"
 

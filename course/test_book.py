@@ -220,7 +220,7 @@ def test_search_leaves_out_output_blocks_code_and_reference_tables():
 def test_slim_index_keeps_words_drops_breadcrumbs_and_numbers():
     import json
 
-    from course.book import SEARCH_PREFIX, SEARCH_SUFFIX, slim_index_js
+    from course.book import SEARCH_PREFIX, SEARCH_SUFFIX, TEASER_CHARS, slim_index_js
 
     def node(docs=None, **children):
         return {"docs": docs or {}, "df": len(docs or {}), **children}
@@ -234,13 +234,19 @@ def test_slim_index_keeps_words_drops_breadcrumbs_and_numbers():
             "index": {
                 "body": {
                     "root": node(
-                        k=node(v=node({"3": {"tf": 1.4142135623730951}})), **{"4": node({"1": {"tf": 1.0}})}
+                        k=node(v=node({"3": {"tf": 1.4142135623730951}, "1": {"tf": 1.0}})),
+                        **{"4": node({"1": {"tf": 1.0}})},
                     )
                 },
                 "breadcrumbs": {"root": node(p=node({"1": {"tf": 1.0}}))},
                 "title": {"root": node()},
             },
-            "documentStore": {"docs": {"1": {"body": "it's a \\ path", "breadcrumbs": "Phase » kv"}}},
+            "documentStore": {
+                "docs": {
+                    "1": {"body": "it's a \\ path", "breadcrumbs": "Phase » kv"},
+                    "3": {"body": "word " * 200, "breadcrumbs": "Phase » kv"},
+                }
+            },
         },
     }
     raw = json.dumps(data).replace("\\", "\\\\").replace("'", "\\'")
@@ -254,5 +260,11 @@ def test_slim_index_keeps_words_drops_breadcrumbs_and_numbers():
     assert "breadcrumbs" not in index["index"] and "breadcrumbs" not in back["search_options"]["fields"]
     assert index["fields"] == ["body", "title"]
     body = index["index"]["body"]["root"]
-    assert body["k"]["v"]["docs"] == {"3": {"tf": 1.414}} and "4" not in body, "words stay, numbers go"
-    assert index["documentStore"]["docs"]["1"]["body"] == "it's a \\ path", "the JS escapes round-trip"
+    assert body["k"]["v"]["docs"] == {"3": {"tf": 1.4}, "1": {"tf": 1}} and "4" not in body, (
+        "words stay (weights to one decimal, whole ones as integers), numbers go"
+    )
+    docs = index["documentStore"]["docs"]
+    assert docs["1"]["body"] == "it's a \\ path", "the JS escapes round-trip"
+    assert docs["3"]["body"].endswith("word …") and len(docs["3"]["body"]) <= TEASER_CHARS + 2, (
+        "a long section's stored text is cut at a word boundary"
+    )

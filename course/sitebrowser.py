@@ -6,7 +6,7 @@ on localhost and checks what a reader would notice: the home page loads without 
 a lab page shows its starter, a key-concept card opens, a search for "block table" finds pages
 named by phase, citations link to the pinned commit, code fits the column at 1400 px, no table is
 cut off and no fixed arrow covers the content at 1400 px, the sidebar folds, a 400 px page never
-scrolls sideways, and a multi-panel figure stays readable at 400 px.
+scrolls sideways, and a multi-panel figure stacks its panels at 400 px (and only there).
 
 The browser is the system one (``COURSE_CHROMIUM``, else ``chromium`` on PATH); Playwright never
 downloads its own. Without one it skips with the reason on a laptop, and fails in CI (``CI`` or
@@ -246,19 +246,39 @@ def test_no_fixed_arrow_covers_the_content_at_1400_px(browser, site):
         page.close()
 
 
-def test_a_multi_panel_figure_stays_readable_at_400_px(browser, site):
-    page = open_page(browser, site + "phase-09-sampling-and-decoding-algorithms/00-guide.html", width=400)
-    shown = page.evaluate(
-        """() => { const i = document.querySelector('main .checkbox-label > img[src$="sampling_knobs.svg"]');
-            return [Math.round(i.getBoundingClientRect().width), i.naturalWidth,
-                    document.documentElement.scrollWidth, document.documentElement.clientWidth]; }"""
+FIGURE_PAIRS = [
+    ("phase-09-sampling-and-decoding-algorithms/00-guide.html", "sampling_knobs"),
+    ("phase-07-gemm-and-moe-kernels/00-guide.html", "expert_load"),
+]
+
+
+def _shown(page, name):
+    """[visible wide, visible narrow, narrow's shown width, its natural width, page width, viewport]."""
+    return page.evaluate(
+        """(name) => { const pick = (f) => document.querySelector(`main .checkbox-label > img[src$="/${f}"]`);
+            const wide = pick(name + '.svg'), narrow = pick(name + '.narrow.svg');
+            const seen = (i) => i.getBoundingClientRect().width > 0;
+            return [seen(wide), seen(narrow), Math.round(narrow.getBoundingClientRect().width),
+                    narrow.naturalWidth, document.documentElement.scrollWidth,
+                    document.documentElement.clientWidth]; }""",
+        name,
     )
-    width, natural, page_width, viewport = shown
-    assert width >= min(natural, 700), (
-        f"the seven-panel figure shows {width} px wide (natural {natural}): it should keep a readable size "
-        f"and scroll sideways in its own strip"
+
+
+@pytest.mark.parametrize("rel,name", FIGURE_PAIRS)
+def test_a_multi_panel_figure_stacks_its_panels_at_400_px(browser, site, rel, name):
+    page = open_page(browser, site + rel, width=400)
+    wide, narrow, width, natural, page_width, viewport = _shown(page, name)
+    assert narrow and not wide, (
+        f"{rel} at 400 px: {name}.narrow.svg (the stacked panels) must show and {name}.svg must not "
+        f"(shown: wide {wide}, narrow {narrow}); the narrow one goes right after the wide one"
     )
-    assert page_width <= viewport, "the figure's strip scrolls, never the page"
+    assert width >= min(natural, 330), f"the stacked {name} shows {width} px wide (natural {natural})"
+    assert page_width <= viewport, f"{rel} scrolls sideways at 400 px"
+    page.close()
+    page = open_page(browser, site + rel, width=1400)
+    wide, narrow, *_ = _shown(page, name)
+    assert wide and not narrow, f"{rel} at 1400 px: only the side-by-side {name}.svg shows"
     page.close()
 
 

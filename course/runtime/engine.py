@@ -145,13 +145,18 @@ class RealServer:
     """The real OpenAI server (``vllm.entrypoints.openai.api_server``, what ``vllm serve`` runs) on the
     tiny model, in the engine venv, bound to 127.0.0.1 on a free port.
 
-    ``RealServer(*extra_args)`` starts it and waits (bounded by ``timeout``) for ``/health``;
+    ``RealServer(*extra_args, model=DIR)`` (default: the tiny model) starts it and waits (bounded
+    by ``timeout``) for ``/health``;
     ``stop()`` terminates it (then kills it). Float32, eager, ``--block-size 16``, seed 0 and
     ``max_model_len`` 512, as the tier-2 jobs run the engine. ``log`` holds what it printed.
     """
 
     def __init__(
-        self, *extra_args: str, served_model_name: str = "tiny-llama", timeout: float = 240.0
+        self,
+        *extra_args: str,
+        model: str | Path | None = None,
+        served_model_name: str = "tiny-llama",
+        timeout: float = 240.0,
     ) -> None:
         import socket
         import urllib.request
@@ -169,7 +174,7 @@ class RealServer:
             "-m",
             "vllm.entrypoints.openai.api_server",
             "--model",
-            str(model_path()),
+            str(model or model_path()),
             "--served-model-name",
             served_model_name,
             "--host",

@@ -9,8 +9,11 @@ Two uses:
 
 The shape: a ``LlamaForCausalLM`` with hidden size 256 and 4 query heads (head_dim 64: the CPU
 attention backend rejects head_dim 16), 2 KV heads, 2 layers, a 512-token vocabulary. The
-tokenizer is a byte-level BPE trained here on a fixed corpus, with the special tokens the later
-phases' parsers look for (``<tool_call>``, ``<think>``, ``<|python_tag|>``). Weights come from
+tokenizer is a byte-level BPE trained here on a fixed corpus, with the added tokens the later
+phases' parsers look for (``<tool_call>``, ``<think>``, ``<|python_tag|>``). ``<think>`` and
+``</think>`` are added but *not special*, as in real reasoning checkpoints (Qwen3's and
+DeepSeek-R1's tokenizers): decoding with ``skip_special_tokens`` keeps them, so a reasoning parser
+finds ``</think>`` in a non-streamed text as well as by its id in a stream. Weights come from
 ``numpy.random.default_rng(seed)``, not torch's initialisers, so the same seed gives the same
 numbers under any torch version. Random weights make the text gibberish; what the course checks
 is that two engines agree on it.
@@ -25,6 +28,7 @@ from pathlib import Path
 VOCAB_SIZE = 512
 BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD, "<tool_call>", "</tool_call>", "<think>", "</think>", "<|python_tag|>"]
+NOT_SPECIAL = ("<think>", "</think>")  # added tokens (one id each) that decoding keeps
 SEED = 0
 
 CONFIG = {
@@ -102,7 +106,11 @@ def train_tokenizer():
     tok.train_from_iterator(corpus(), trainer)
     if tok.get_vocab_size() != VOCAB_SIZE:
         raise RuntimeError(f"the BPE came out with {tok.get_vocab_size()} tokens, not {VOCAB_SIZE}: grow the corpus")
-    return tok
+    data = json.loads(tok.to_str())
+    for added in data["added_tokens"]:
+        if added["content"] in NOT_SPECIAL:
+            added["special"] = False
+    return Tokenizer.from_str(json.dumps(data))
 
 
 def write_tokenizer(path: str | Path) -> Path:
@@ -115,7 +123,7 @@ def write_tokenizer(path: str | Path) -> Path:
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": CONFIG["max_position_embeddings"],
         "chat_template": CHAT_TEMPLATE,
-        "additional_special_tokens": SPECIAL_TOKENS[3:],
+        "additional_special_tokens": [t for t in SPECIAL_TOKENS[3:] if t not in NOT_SPECIAL],
         **specials,
     }
     (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -131,8 +139,15 @@ def write_config(path: str | Path, **overrides) -> Path:
     return path
 
 
-def build(path: str | Path, seed: int = SEED) -> Path:
-    """The whole model: config, random float32 weights (safetensors) and the tokenizer."""
+def build(path: str | Path, seed: int = SEED, script: dict[int, int] | None = None) -> Path:
+    """The whole model: config, random float32 weights (safetensors) and the tokenizer.
+
+    ``script`` (token id -> next token id) makes a *scripted* model for tests that need exact
+    output tokens (a reasoning split, a stop token): every layer's attention output and MLP
+    output projections are zero, so the last hidden state is the current token's normed
+    embedding, and ``lm_head`` points each scripted token at its successor with a margin no float
+    rounding can flip. Greedy decoding then walks the script from a prompt's last token.
+    """
     import numpy as np
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -148,6 +163,16 @@ def build(path: str | Path, seed: int = SEED) -> Path:
             else:  # std 0.1: confident enough that float rounding never flips a greedy choice
                 values = 0.1 * rng.standard_normal(param.shape)
             param.copy_(torch.from_numpy(values.astype(np.float32)))
+        if script:
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+            emb, norm = model.model.embed_tokens.weight, model.model.norm
+            head = torch.zeros_like(model.lm_head.weight)
+            for token, nxt in script.items():
+                h = norm(emb[token][None])[0]  # what lm_head sees after token
+                head[nxt] += 10.0 * h / h.dot(h)  # logit 10 for nxt; others stay near 0
+            model.lm_head.weight.copy_(head)
     model.generation_config.do_sample = False
     model.save_pretrained(path, safe_serialization=True)
     write_config(path)  # our own config.json: sorted keys, no library version in it

@@ -208,15 +208,16 @@ def _byte_level_decoder() -> dict[str, int]:
 def hf_token_bytes(tokenizer, skip_special_tokens: bool = True) -> Callable[[int], bytes]:
     """``token_bytes`` for a Hugging Face byte-level BPE tokenizer (GPT-2 / Llama-3 / Qwen style).
 
-    Added (special) tokens show their text unless ``skip_special_tokens``; a tokenizer whose
+    Added tokens show their text; special ones only without ``skip_special_tokens``; a tokenizer whose
     vocabulary is not byte-level raises ``ValueError``.
     """
     decoder = _byte_level_decoder()
-    added = {int(i): t.content for i, t in tokenizer.added_tokens_decoder.items()}
+    added = {int(i): (t.content, t.special) for i, t in tokenizer.added_tokens_decoder.items()}
     table: dict[int, bytes] = {}
     for tok_id in range(len(tokenizer)):
         if tok_id in added:
-            table[tok_id] = b"" if skip_special_tokens else added[tok_id].encode()
+            content, special = added[tok_id]
+            table[tok_id] = b"" if skip_special_tokens and special else content.encode()
             continue
         piece = tokenizer.convert_ids_to_tokens(tok_id)
         try:

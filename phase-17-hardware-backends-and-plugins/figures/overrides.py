@@ -76,32 +76,31 @@ def table() -> tuple[dict[str, dict[str, ast.AST]], list[str]]:
 
 def draw(bodies: dict[str, dict[str, ast.AST]], path: Path) -> None:
     rows = ATTRS + HOOKS
-    width, label_w, top, row_h = 640, 252, 64, 28
-    col_w = (width - label_w - 12) / len(COLUMNS)
+    shown = COLUMNS[1:]  # the base class's answers are the empty cells; its values are in the text
+    width, label_w, top, row_h = 500, 248, 64, 28
+    col_w = (width - label_w - 8) / len(shown)
     height = top + len(rows) * row_h + 56
     svg = Svg(
         width,
         height,
         "Which Platform hooks each in-tree platform overrides",
-        "A grid: rows are Platform's identity attributes and its main hooks, columns are the base class, "
+        "A grid: rows are Platform's identity attributes and its main hooks, columns are "
         "CPU, CUDA, ROCm and XPU. Attribute cells show the value; a filled hook cell means the platform's "
         "class body redefines that hook, an empty one means it inherits the base default.",
     )
     svg.text(12, 24, "vLLM 0.22.1: what each platform redefines", 18, bold=True)
-    for c, (label, _, _) in enumerate(COLUMNS):
+    for c, (label, _, _) in enumerate(shown):
         svg.text(label_w + (c + 0.5) * col_w, top - 12, label, 16, "middle", bold=True)
     for r, name in enumerate(rows):
         y = top + r * row_h
         if r % 2 == 0:
             svg.rect(8, y, width - 16, row_h, FAINT, FAINT)
         svg.text(12, y + 19, name, 14, mono=True)
-        for c, (label, _, _) in enumerate(COLUMNS):
+        for c, (label, _, _) in enumerate(shown):
             cx = label_w + (c + 0.5) * col_w
             body = bodies[label]
             if name in ATTRS:
-                svg.text(cx, y + 19, value(body.get(name)), 15, "middle", mono=True)
-            elif label == "Platform":
-                svg.text(cx, y + 19, "base", 14, "middle", fill=GREY)
+                svg.text(cx, y + 19, value(body.get(name)).strip("'"), 14, "middle", mono=True)
             elif name in body:
                 svg.rect(cx - col_w / 2 + 10, y + 5, col_w - 20, row_h - 10, ORANGE, ORANGE, rx=3)
             else:
@@ -109,15 +108,9 @@ def draw(bodies: dict[str, dict[str, ast.AST]], path: Path) -> None:
     y = top + len(rows) * row_h + 24
     svg.rect(12, y - 12, 18, 14, ORANGE, ORANGE, rx=3)
     svg.text(36, y, "redefined by the platform", 14)
-    svg.rect(260, y - 12, 18, 14, "none", GREY, rx=3)
-    svg.text(284, y, "inherits Platform's default", 14)
-    svg.text(
-        12,
-        y + 24,
-        "CUDA = CudaPlatformBase (its NVML and non-NVML subclasses refine the device queries).",
-        14,
-        fill=BLUE,
-    )
+    svg.rect(220, y - 12, 18, 14, "none", GREY, rx=3)
+    svg.text(244, y, "inherits Platform's default", 14)
+    svg.text(12, y + 24, "CUDA = CudaPlatformBase (subclasses add device queries).", 14, fill=BLUE)
     svg.write(path)
 
 

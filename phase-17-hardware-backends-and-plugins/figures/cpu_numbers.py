@@ -24,7 +24,10 @@ def main() -> None:
         f"KV per token (K and V, {LAYERS} layers x {KV_HEADS} heads x {HEAD_DIM}, bf16): {per_token:,} B "
         f"= {per_token / 1024:g} KiB"
     )
-    for block_size, why in [(16, "the GPU default"), (128, "CpuPlatform's default at the pin")]:
+    for block_size, why in [
+        (16, "CacheConfig.DEFAULT_BLOCK_SIZE"),
+        (128, "CpuPlatform's default at the pin"),
+    ]:
         per_block = per_token * block_size
         blocks = KV_SPACE_GIB * GIB // per_block
         print(

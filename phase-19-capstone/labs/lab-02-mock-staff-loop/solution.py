@@ -257,7 +257,7 @@ def draw_chart(rows: list[Row], matrix: dict[str, int | None], path: Path) -> No
     names = [r.name for r in rows][::-1]
     vals = [matrix[n] for n in names]
     colors = ["#bbbbbb" if v is None else ("#c0392b" if v <= REVISE_AT else "#2e86c1") for v in vals]
-    ax.barh(names, [0.1 if v is None else v for v in vals], color=colors)
+    ax.barh(names, [0.1 if v is None else max(v, 0.06) for v in vals], color=colors)
     ax.set(xlim=(0, 3), xticks=[0, 1, 2, 3], xlabel="score (red: revise; grey: not probed)")
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})

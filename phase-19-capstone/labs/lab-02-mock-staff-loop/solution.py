@@ -65,8 +65,9 @@ class Row(NamedTuple):
 
 def parse_interview(text: str, phase: int) -> list[Question]:
     """The questions of one INTERVIEW.md, in page order. A heading is ``## Qn. …``, ``### Qn. …``
-    or ``**Qn. …**`` (which may wrap over several lines); its model answer is the next ``<details><summary>Model answer</summary>``
-    block. ``ValueError`` naming the question when one has no model answer (or an empty one)."""
+    or ``**Qn. …**`` (which may wrap over several lines); its model answer is the next
+    ``<details><summary>Model answer</summary>`` block. ``ValueError`` naming the question when one
+    has no model answer (or an empty one)."""
     questions: list[Question] = []
     lines = text.splitlines()
     i = 0
@@ -233,11 +234,13 @@ def report(rows: list[Row], scores: list[Score], seed: int, chart: Path | None =
     out += [
         "",
         "Design round (a): 70B chat, 16 A100-80GB in 2 nodes → TP=8 per node, 2 replicas, no P/D split",
-        f"- KV: {d['kv_bytes_per_token'] / 1024:.0f} KiB/token ({d['kv_bytes_per_token_per_gpu'] / 1024:.0f} KiB per GPU at TP=8); "
+        f"- KV: {d['kv_bytes_per_token'] / 1024:.0f} KiB/token "
+        f"({d['kv_bytes_per_token_per_gpu'] / 1024:.0f} KiB per GPU at TP=8); "
         f"{d['contexts_per_replica']} contexts of {CONTEXT_TOKENS} tokens per replica",
         f"- all-reduce per decode step (batch {DECODE_BATCH}): {d['allreduce_ms_per_step_tp8_nvlink']:.2f} ms at TP=8 on NVLink "
         f"vs {d['allreduce_ms_per_step_tp16_ib']:.2f} ms at TP=16 over IB (predicted)",
-        f"- KV toll for a {PROMPT_TOKENS}-token prompt across nodes: {d['kv_transfer_ms_ib']:.1f} ms at {IB_HDR_GBPS} Gb/s (predicted)",
+        f"- KV toll for a {PROMPT_TOKENS}-token prompt across nodes: "
+        f"{d['kv_transfer_ms_ib']:.1f} ms at {IB_HDR_GBPS} Gb/s (predicted)",
     ]
     if chart is not None:
         draw_chart(rows, matrix, chart)

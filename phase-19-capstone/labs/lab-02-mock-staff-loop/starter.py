@@ -65,10 +65,12 @@ class Row(NamedTuple):
 
 def parse_interview(text: str, phase: int) -> list[Question]:
     """The questions of one INTERVIEW.md, in page order. A heading is ``## Qn. …``, ``### Qn. …``
-    or ``**Qn. …**`` (which may wrap over several lines); its model answer is the next ``<details><summary>Model answer</summary>``
-    block. ``ValueError`` naming the question when one has no model answer (or an empty one)."""
+    or ``**Qn. …**`` (which may wrap over several lines); its model answer is the next
+    ``<details><summary>Model answer</summary>`` block. ``ValueError`` naming the question when one
+    has no model answer (or an empty one)."""
     raise NotImplementedError(
-        "walk the lines: a HEAD_RE match opens a question (join a wrapped **bold** heading), the next non-blank line must be OPEN, the answer runs to CLOSE"
+        "walk the lines: a HEAD_RE match opens a question (join a wrapped **bold** heading), "
+        "the next non-blank line must be OPEN, the answer runs to CLOSE"
     )
 
 
@@ -81,7 +83,8 @@ def draw(
     ``level`` (a key of ``LEVELS``) restricts the phases and sets ``k``; without it ``k`` is 1.
     ``phases`` restricts further. ``ValueError`` for an unknown level or an empty round."""
     raise NotImplementedError(
-        "one rng = np.random.default_rng(seed); for each wanted phase in increasing order, rng.choice(len(pool), size=min(k, len(pool)), replace=False)"
+        "one rng = np.random.default_rng(seed); for each wanted phase in increasing order, "
+        "rng.choice(len(pool), size=min(k, len(pool)), replace=False)"
     )
 
 
@@ -111,7 +114,8 @@ def design_round() -> dict[str, float]:
     Commit to TP=8 inside a node, one replica per node, and return the numbers that defend it,
     every one computed by the earlier labs' functions (see README for each formula)."""
     raise NotImplementedError(
-        "call KV.kv_bytes_per_token / KV.max_concurrent_seqs, COMM.tp_comm_time_per_step (TP=8 NVLINK3 and 16 ranks IB_HDR), TOLL.kv_payload_bytes + TOLL.transfer_seconds"
+        "call KV.kv_bytes_per_token / KV.max_concurrent_seqs, COMM.tp_comm_time_per_step "
+        "(TP=8 NVLINK3 and 16 ranks IB_HDR), TOLL.kv_payload_bytes + TOLL.transfer_seconds"
     )
 
 
@@ -173,11 +177,13 @@ def report(rows: list[Row], scores: list[Score], seed: int, chart: Path | None =
     out += [
         "",
         "Design round (a): 70B chat, 16 A100-80GB in 2 nodes → TP=8 per node, 2 replicas, no P/D split",
-        f"- KV: {d['kv_bytes_per_token'] / 1024:.0f} KiB/token ({d['kv_bytes_per_token_per_gpu'] / 1024:.0f} KiB per GPU at TP=8); "
+        f"- KV: {d['kv_bytes_per_token'] / 1024:.0f} KiB/token "
+        f"({d['kv_bytes_per_token_per_gpu'] / 1024:.0f} KiB per GPU at TP=8); "
         f"{d['contexts_per_replica']} contexts of {CONTEXT_TOKENS} tokens per replica",
         f"- all-reduce per decode step (batch {DECODE_BATCH}): {d['allreduce_ms_per_step_tp8_nvlink']:.2f} ms at TP=8 on NVLink "
         f"vs {d['allreduce_ms_per_step_tp16_ib']:.2f} ms at TP=16 over IB (predicted)",
-        f"- KV toll for a {PROMPT_TOKENS}-token prompt across nodes: {d['kv_transfer_ms_ib']:.1f} ms at {IB_HDR_GBPS} Gb/s (predicted)",
+        f"- KV toll for a {PROMPT_TOKENS}-token prompt across nodes: "
+        f"{d['kv_transfer_ms_ib']:.1f} ms at {IB_HDR_GBPS} Gb/s (predicted)",
     ]
     if chart is not None:
         draw_chart(rows, matrix, chart)

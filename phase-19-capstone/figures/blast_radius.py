@@ -42,9 +42,9 @@ def area(path: str) -> str:
 
 
 def draw(rows: list[tuple[str, int, int]], path: Path) -> None:
-    width, left, bar_h, gap, top = 640, 190, 26, 12, 70
+    width, left, bar_h, gap, top = 640, 200, 30, 12, 104
     most = max(d + e for _, d, e in rows)
-    scale = (width - left - 60) / most
+    scale = (width - left - 80) / most
     svg = Svg(
         width,
         top + len(rows) * (bar_h + gap) + 50,
@@ -52,20 +52,20 @@ def draw(rows: list[tuple[str, int, int]], path: Path) -> None:
         "One bar per subsystem: orange calls take the pin_memory default (they change if the default "
         "changes), blue calls pass pin_memory themselves (untouched).",
     )
-    svg.text(16, 28, "async_tensor_h2d callers at v0.22.1", 19)
-    svg.rect(16, 40, 14, 14, ORANGE, ORANGE)
-    svg.text(36, 52, "take the default (in the blast radius)", 15)
-    svg.rect(16 + 330, 40, 14, 14, BLUE, BLUE)
-    svg.text(36 + 330, 52, "pass pin_memory", 15)
+    svg.text(16, 30, "async_tensor_h2d callers at v0.22.1", 21)
+    svg.rect(16, 46, 16, 16, ORANGE, ORANGE)
+    svg.text(40, 60, "take the default: in the blast radius", 18)
+    svg.rect(16, 72, 16, 16, BLUE, BLUE)
+    svg.text(40, 86, "pass pin_memory: untouched", 18)
     for i, (name, default, explicit) in enumerate(rows):
         y = top + i * (bar_h + gap)
-        svg.text(left - 8, y + bar_h - 7, name, 15, "end")
+        svg.text(left - 8, y + bar_h - 8, name, 18, "end")
         svg.rect(left, y, default * scale, bar_h, ORANGE, ORANGE)
         svg.rect(left + default * scale, y, explicit * scale, bar_h, BLUE, BLUE)
-        svg.text(left + (default + explicit) * scale + 6, y + bar_h - 7, f"{default} + {explicit}", 15)
+        svg.text(left + (default + explicit) * scale + 6, y + bar_h - 8, f"{default} + {explicit}", 18)
     y = top + len(rows) * (bar_h + gap)
     svg.line(left, top - 4, left, y, GREY)
-    svg.text(left, y + 24, "call sites", 15, "start", INK)
+    svg.text(left, y + 26, "call sites", 18, "start", INK)
     svg.write(path)
 
 

@@ -71,6 +71,14 @@ def _ask(prompt: str) -> str:
     return sys.stdin.readline().strip()
 
 
+def _ask_score() -> int:
+    while True:
+        text = _ask("score 0-3 (3 cold, 2 hesitated, 1 knew of it, 0 blank): ")
+        if text in ("0", "1", "2", "3", ""):
+            return int(text or 0)
+        print(f"{text!r} is not a score: type 0, 1, 2 or 3")
+
+
 def run_interview(args: argparse.Namespace) -> int:
     lab = _lab(LOOP_LAB)
     bank = lab.load_bank()
@@ -96,7 +104,7 @@ def run_interview(args: argparse.Namespace) -> int:
             given = {"answer": _ask("your answer (one line; say it aloud first): ")}
         print(f"\nmodel answer:\n{q.answer}\n")
         if scripted is None:
-            given["score"] = int(_ask("score 0-3 (3 cold, 2 hesitated, 1 knew of it, 0 blank): ") or 0)
+            given["score"] = _ask_score()
             given["peek"] = _ask("peeked? [y/N] ").lower().startswith("y")
             given["skipped_math"] = _ask("skipped available arithmetic? [y/N] ").lower().startswith("y")
         try:

@@ -64,3 +64,12 @@ def test_interview_refuses_bad_input(tmp_path, capsys):
     assert main(["interview", "--phase", "2", "--answers", str(answers), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "1 answers for 8 questions" in err and "unknown level" in err and "score" in err, err
+
+
+def test_interview_interactive_reprompts_a_bad_score(tmp_path, capsys, monkeypatch):
+    lines = ["my answer", "7", "3", "n", "n"]  # answer, a bad score, a good one, no peek, no skip
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert main(["interview", "--phase", "19", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "'7' is not a score" in out and "model answer:" in out, out
+    assert "| Open-source practice | 19 | 3 |" in (tmp_path / "report.md").read_text(encoding="utf-8")

@@ -9,6 +9,7 @@ from course import (
     PIN_SHORT,
     PIN_TAG,
     book,
+    capstone,
     check_labs,
     citations,
     gpucheck,
@@ -22,6 +23,7 @@ from course import (
 )
 
 COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, minibuild, hint, book, lock)
+COMMANDS += (capstone,)  # Phase 19: capstone check, interview
 
 
 def build_parser() -> argparse.ArgumentParser:

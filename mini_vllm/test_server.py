@@ -1,7 +1,7 @@
 """mini's OpenAI-compatible server, driven by the official ``openai`` client on a loopback port.
 
 One server per module (a few hundred ms to start). Every test is bounded: small ``max_tokens``,
-at most 32 concurrent clients, client timeouts of a few seconds.
+64 concurrent streaming clients (32 running at once, the rest queued), client timeouts of a few seconds.
 """
 
 import asyncio
@@ -213,11 +213,11 @@ def test_concurrent_streams_all_finish_and_blocks_return(server):
 
     async def main():
         try:
-            return await asyncio.gather(*(one(i) for i in range(32)))
+            return await asyncio.gather(*(one(i) for i in range(64)))
         finally:
             await aclient.close()
 
-    assert asyncio.run(main()) == ["length"] * 32
+    assert asyncio.run(main()) == ["length"] * 64
     assert server.wait_idle() and server.num_free_blocks() == start
 
 

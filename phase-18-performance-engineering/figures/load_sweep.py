@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,7 +147,7 @@ def draw(rows: list[tuple[float, dict]], path: Path) -> None:
     good = [m["goodput"] for _, m in rows]
     panels = [
         ("req/s: throughput (blue), goodput (green)", tput, max(RATES), BLUE),
-        ("p99 TTFT, ms (dashed: the 500 ms target)", p99, max(p99) * 1.1, ORANGE),
+        ("p99 TTFT, ms (dashed: the 500 ms target)", p99, 500 * math.ceil(max(p99) * 1.1 / 500), ORANGE),
     ]
     for p, (title, ys, ymax, colour) in enumerate(panels):
         y0 = top + p * (ph + gap) + 20

@@ -104,7 +104,7 @@ def measure(c: dict) -> dict:
 def draw(cpu: dict, c: dict, path: Path) -> None:
     from course.svgfig import BLUE, GREY, INK, ORANGE, PURPLE, Svg
 
-    width, left, pw, ph, gap, top = 600, 80, 490, 230, 84, 34
+    width, left, pw, ph, gap, top = 560, 76, 460, 220, 96, 30
     svg = Svg(
         width,
         top + 2 * (ph + gap) + 10,
@@ -112,49 +112,60 @@ def draw(cpu: dict, c: dict, path: Path) -> None:
         "Two stacked log-log panels of attainable FLOP/s against arithmetic intensity. Top: this CPU's measured "
         "one-thread roof and copy bandwidth, with the tiny model's decode step at batch 1 to 256 plotted at its "
         "measured speed. Bottom: an H100's predicted roofline with the tiny model and Llama-3-8B decode steps "
-        "placed by formula; every decode point sits on the bandwidth slope, far left of the ridge.",
+        "placed by formula; every decode point sits on the bandwidth slope, left of the ridge.",
     )
-    xlo, xhi = -1.0, 4.0  # log10 FLOP/byte
+    xlo, xhi = -1, 3  # log10 FLOP/byte
 
     def panel(
-        p: int, title: str, peak: float, bw: float, points: list[tuple[str, float, float, str]]
+        p: int, title: str, peak: float, bw: float, points: list[tuple[str, float, float, str, str]]
     ) -> None:
         y0 = top + p * (ph + gap) + 20
         yhi = math.ceil(math.log10(peak) + 0.3)
-        ylo = yhi - 5
+        ylo = yhi - 4
         fx = lambda ai: left + pw * (math.log10(ai) - xlo) / (xhi - xlo)  # noqa: E731
         fy = lambda f: y0 + ph - ph * (math.log10(f) - ylo) / (yhi - ylo)  # noqa: E731
-        svg.text(left, y0 - 10, title, 15, bold=True)
+        svg.text(left, y0 - 10, title, 17, bold=True)
         svg.rect(left, y0, pw, ph, "none", GREY)
         ridge = peak / bw
-        roof = [(fx(10**xlo), fy(bw * 10**xlo)), (fx(ridge), fy(peak)), (fx(10**xhi), fy(peak))]
+        start = max(10.0**xlo, 10.0**ylo / bw)  # the slope enters the panel here
+        roof = [(fx(start), fy(bw * start)), (fx(ridge), fy(peak)), (fx(10**xhi), fy(peak))]
+        svg.line(fx(ridge), fy(peak), fx(ridge), y0 + ph, GREY, 1, dash=True)
         svg.polyline(roof, INK, 2)
-        svg.text(fx(ridge), fy(peak) - 6, f"ridge {ridge:.0f} FLOP/B", 13, "middle")
-        for e in range(int(xlo), int(xhi) + 1):
-            svg.text(fx(10**e), y0 + ph + 16, f"1e{e}" if e else "1", 12, "middle")
+        svg.text(left + pw - 6, fy(peak) - 8, f"ridge {ridge:.0f} FLOP/B", 15, "end")
+        for e in range(xlo, xhi + 1):
+            svg.text(fx(10**e), y0 + ph + 18, f"1e{e}" if e else "1", 14, "middle")
         for e in range(ylo, yhi + 1):
-            svg.text(left - 6, fy(10**e) + 4, f"1e{e}", 12, "end")
-        for label, ai, flops, colour in points:
+            svg.text(left - 6, fy(10**e) + 5, f"1e{e}", 14, "end")
+        for label, ai, flops, colour, where in points:
             svg.circle(fx(ai), fy(flops), 5, colour)
-            svg.text(fx(ai) + 8, fy(flops) + 4, label, 12, fill=colour)
-        svg.text(left + pw / 2, y0 + ph + 34, "arithmetic intensity, FLOP/byte (log)", 13, "middle")
-        svg.text(left - 58, y0 + ph / 2, "FLOP/s", 13, "middle")
+            dx, dy, anchor = {
+                "above": (0, -11, "middle"),
+                "below": (0, 22, "middle"),
+                "left": (-9, -9, "end"),
+                "right": (9, 19, "start"),
+            }[where]
+            svg.text(fx(ai) + dx, fy(flops) + dy, label, 15, anchor, fill=colour, bold=True)
+        svg.text(left + pw / 2, y0 + ph + 38, "arithmetic intensity, FLOP/byte (log)", 15, "middle")
+        svg.text(left + pw - 4, y0 + ph - 8, "FLOP/s (log) vs intensity", 14, "end", fill=GREY)
 
     pts = []
-    for batch in BATCHES:
+    for batch, where in zip(BATCHES, ("above", "below", "left", "right")):
         flops, nbytes = decode_step(c, batch, CONTEXT, 4)
-        pts.append((f"B={batch}", flops / nbytes, flops / cpu["decode_gemm_seconds"][str(batch)], BLUE))
-    panel(
-        0, "This CPU, 1 thread, float32 (measured)", cpu["matmul_flops_per_s"], cpu["copy_bytes_per_s"], pts
-    )
+        t = cpu["decode_gemm_seconds"][str(batch)]
+        pts.append((f"B={batch}", flops / nbytes, flops / t, BLUE, where))
+    panel(0, "This CPU, 1 thread, fp32 (measured)", cpu["matmul_flops_per_s"], cpu["copy_bytes_per_s"], pts)
     name, peak, bw, bpv = GPU
     gpts = []
-    for model, colour in ((c, ORANGE), (LLAMA_8B, PURPLE)):
-        for batch in (1, 256):
+    for model, tag, colour, batches, above in (
+        (c, "tiny", ORANGE, (1, 256), "left"),
+        (LLAMA_8B, "8B", PURPLE, (8, 64, 256), "right"),
+    ):
+        for batch in batches:
             flops, nbytes = decode_step(model, batch, CONTEXT, bpv)
-            tag = "tiny" if model is c else "8B"
-            gpts.append((f"{tag} B={batch}", flops / nbytes, flops / max(flops / peak, nbytes / bw), colour))
-    panel(1, "H100 SXM, bf16 (predicted from the datasheet)", peak, bw, gpts)
+            gpts.append(
+                (f"{tag} B={batch}", flops / nbytes, flops / max(flops / peak, nbytes / bw), colour, above)
+            )
+    panel(1, "H100 SXM, bf16 (predicted, datasheet)", peak, bw, gpts)
     svg.write(path)
 
 

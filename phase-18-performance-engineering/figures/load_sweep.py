@@ -28,6 +28,7 @@ STEP_PER_TOKEN_S = 0.0002  # assumed: 200 us of model time per scheduled token
 PROMPT, OUTPUT, NUM_REQUESTS = 256, 64, 400
 SLO_TTFT_MS, SLO_TPOT_MS = 500.0, 20.0
 RATES = [2, 4, 6, 8, 10, 12, 14, 16]
+BUDGETS = [64, 128, 256, 512, 2048]
 
 
 @dataclass
@@ -44,10 +45,13 @@ def arrivals(rate: float, n: int, seed: int = 0) -> np.ndarray:
     return t * (n / rate) / t[-1]
 
 
-def simulate(times: np.ndarray, budget: int = 2048, max_num_seqs: int = 128) -> tuple[list[Req], float]:
-    """Run the toy server until every request is done; returns the requests and the area under N(t)."""
+def simulate(times: np.ndarray, budget: int = 2048, max_num_seqs: int = 128) -> tuple[list[Req], float, int]:
+    """Run the toy server until every request is done.
+
+    Returns the requests, the area under N(t) (requests inside x seconds) and the longest step in tokens.
+    """
     reqs = [Req(float(t)) for t in times]
-    waiting, running, nxt, now, area = [], [], 0, 0.0, 0.0
+    waiting, running, nxt, now, area, longest = [], [], 0, 0.0, 0.0, 0
     while nxt < len(reqs) or waiting or running:
         while nxt < len(reqs) and reqs[nxt].arrival <= now:
             waiting.append(reqs[nxt])
@@ -70,6 +74,7 @@ def simulate(times: np.ndarray, budget: int = 2048, max_num_seqs: int = 128) -> 
             chunks.append((r, min(left, PROMPT)))
             left -= chunks[-1][1]
         step = STEP_FIXED_S + STEP_PER_TOKEN_S * (budget - left)
+        longest = max(longest, budget - left)
         area += step * (len(waiting) + len(running))
         now += step
         for r in decoding:
@@ -79,7 +84,7 @@ def simulate(times: np.ndarray, budget: int = 2048, max_num_seqs: int = 128) -> 
             if r.prefilled == PROMPT:  # the step that finishes the prompt samples the first token
                 r.token_times.append(now)
         running = [r for r in running if len(r.token_times) < OUTPUT]
-    return reqs, area
+    return reqs, area, longest
 
 
 def metrics(reqs: list[Req]) -> dict:
@@ -194,7 +199,7 @@ def main() -> None:
     print(" rate  req/s   tok/s  goodput  TTFT p50/p99 ms   ITL p50/p99 ms   L (time avg)  rate x E2EL")
     rows = []
     for rate in RATES:
-        reqs, area = simulate(arrivals(rate, NUM_REQUESTS))
+        reqs, area, _ = simulate(arrivals(rate, NUM_REQUESTS))
         m = metrics(reqs)
         rows.append((rate, m))
         little = m["req_s"] * m["e2el_mean"]
@@ -202,8 +207,19 @@ def main() -> None:
             f"{rate:5} {m['req_s']:6.1f} {m['tok_s']:7.0f} {m['goodput']:8.1f} {m['ttft'][0]:8.0f} /"
             f"{m['ttft'][1]:6.0f} {m['itl'][0]:9.1f} /{m['itl'][1]:5.1f} {area / m['dur']:13.1f} {little:12.1f}"
         )
+    print(
+        "\nthe token budget at 10 req/s (chunked prefill: a 256-token prompt takes ceil(256 / budget) steps)"
+    )
+    print(" budget  req/s  goodput  TTFT p50/p99 ms   ITL p50/p99 ms   longest step (tokens)")
+    for budget in BUDGETS:
+        reqs, _, longest = simulate(arrivals(10, NUM_REQUESTS), budget=budget)
+        b = metrics(reqs)
+        print(
+            f"{budget:7} {b['req_s']:6.1f} {b['goodput']:8.1f} {b['ttft'][0]:8.0f} /{b['ttft'][1]:6.0f}"
+            f" {b['itl'][0]:9.1f} /{b['itl'][1]:5.1f} {longest:14}"
+        )
     rate, m = rows[2]
-    reqs, _ = simulate(arrivals(rate, NUM_REQUESTS))
+    reqs, _, _ = simulate(arrivals(rate, NUM_REQUESTS))
     ttft, itl, goodput = vllm_scores(reqs, m["dur"])
     print(f"\nrate {rate} scored by vLLM's calculate_metrics on the same records:")
     print(

@@ -303,7 +303,9 @@ class LLMEngine:
         model_output = self.model_executor.sample_tokens(grammar_output)
         sampled = self._sampled_token_ids(scheduler_output, model_output)
         self._accept_grammar_tokens(sampled)
-        finished = self.scheduler.update_from_output(scheduler_output, sampled)
+        finished = self.scheduler.update_from_output(
+            scheduler_output, sampled, kv_connector_output=model_output.kv_connector_output
+        )
         if self.drafter is not None:
             self._propose([r for r in scheduler_output.scheduled_requests
                            if r.request_id in sampled and not r.is_finished])

@@ -355,6 +355,11 @@ class ExampleConnector(KVConnectorBase_V1):
         return errors
 
 
+def kv_layer_names(num_layers: int) -> list[str]:
+    """The attention layers' names, as upstream's ``Attention`` modules are prefixed (one file each)."""
+    return [f"model.layers.{i}.self_attn.attn" for i in range(num_layers)]
+
+
 class KVConnectorFactory:
     """Connector name → class, as upstream's factory registers them."""
 

@@ -13,7 +13,10 @@ grammar bitmask, samples, verifies drafts with the rejection sampler and returns
 
 The model answers ``forward(input_ids, positions, kv_caches, attn_metadata) -> hidden`` and
 ``compute_logits(hidden) -> logits`` (``models/interfaces.py``); ``initialize_kv_cache`` gives it
-one KV tensor per attention layer, as many blocks as the pool (none for the toy).
+one KV tensor per attention layer, as many blocks as the pool (none for the toy). With a
+``kv_transfer_config`` the runner also holds the worker side of the KV connector
+(``vllm/v1/worker/kv_connector_model_runner_mixin.py``): it loads external KV into the cache
+before the forward, saves each layer after it, and returns a ``KVConnectorOutput``.
 
 Left out: device tensors and pinned host copies, CUDA graphs and batch padding, async scheduling
 (mini's scheduler advances ``num_computed_tokens`` after the step, so the runner reads it before),

@@ -7,18 +7,21 @@ One rule drives everything: give each request tokens so ``num_computed_tokens`` 
 ``num_tokens_with_spec``; RUNNING requests first (preempting the newest when blocks run out), then
 WAITING ones in order, never in a step that preempted. Built from a ``VllmConfig``; it owns its
 ``KVCacheManager``. It also applies the encoder budget and doorstep rule of images (Phase 13),
-the ``max_loras`` admission rule (Phase 11), and schedules, rolls back and counts drafts
-(Phase 08). README.md ("How the scheduler decides") walks through a step.
+the ``max_loras`` admission rule (Phase 11), schedules, rolls back and counts drafts
+(Phase 08), and drives a KV connector's scheduler side (Phase 15: external hits counted as
+computed, ``WAITING_FOR_REMOTE_KVS`` parking, delayed frees, recompute of blocks that failed to
+load). README.md ("How the scheduler decides") walks through a step.
 
 Deliberate difference: ``num_computed_tokens`` advances in ``update_from_output``, not at the end
 of ``schedule()`` (no async scheduling), so between the two calls a request's counters describe
 the state before the step, which ``needs_sample`` and the model runner read.
 
 Left out: async scheduling and output placeholders, structured output (the engine holds the
-grammars), encoder-decoder models and remote encoder caches, KV connectors, the PRIORITY policy,
-pipeline parallelism, pause states, stats beyond the prefix-cache and spec-decode counters. Requests
-skipped for ``max_loras`` wait in a second queue, ``skipped_waiting``, walked before ``waiting``
-(upstream also parks grammar-compile, remote-KV and streaming waits there; mini has none).
+grammars), encoder-decoder models and remote encoder caches, HMA connectors and connector stats,
+the PRIORITY policy, pipeline parallelism, pause states, stats beyond the prefix-cache and
+spec-decode counters. Requests skipped for ``max_loras`` or parked in ``WAITING_FOR_REMOTE_KVS``
+wait in a second queue, ``skipped_waiting``, walked before ``waiting`` (upstream also parks
+grammar-compile and streaming waits there; mini has neither).
 """
 
 from __future__ import annotations

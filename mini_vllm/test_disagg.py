@@ -96,7 +96,9 @@ def test_proxy_gives_one_engines_tokens_and_the_consumer_skips_the_prefill(check
         f"decode tokens (the loaded {sum(aligned)} must not be recomputed)"
     )
     itemsize = 4  # float32
-    assert worker_connector(consumer).bytes_loaded == LAYERS * 2 * sum(aligned) * KV_HEADS * HEAD_DIM * itemsize
+    assert (
+        worker_connector(consumer).bytes_loaded == LAYERS * 2 * sum(aligned) * KV_HEADS * HEAD_DIM * itemsize
+    )
     assert worker_connector(producer).bytes_saved == worker_connector(consumer).bytes_loaded
     assert worker_connector(consumer).bytes_saved == 0, "a kv_consumer only loads"
     assert_no_leak(producer, "producer")
@@ -133,12 +135,18 @@ def test_a_broken_store_entry_falls_back_to_local_prefill(checkpoint, reference,
             [o.prompt_token_ids + o.token_ids for o in first],
             SamplingParams(max_tokens=MAX_TOKENS - 1, temperature=0, ignore_eos=True),
         )
-    assert [o.token_ids + g.token_ids for o, g in zip(first, got)] == reference, "a fallback must not change tokens"
-    assert consumer.scheduler.num_external_computed_tokens == 0, "no token may be promised from a broken entry"
+    assert [o.token_ids + g.token_ids for o, g in zip(first, got)] == reference, (
+        "a fallback must not change tokens"
+    )
+    assert consumer.scheduler.num_external_computed_tokens == 0, (
+        "no token may be promised from a broken entry"
+    )
     assert len(worker_connector(consumer).fallbacks) == 0  # the scheduler side found it first
     assert len(consumer.scheduler.connector.fallbacks) == 3, "each broken entry is recorded with its reason"
     assert caplog.text.count("stored KV unusable, recomputing") == 3, "each fallback is logged"
-    assert forward[0] == sum(n + 1 for n in LENGTHS) + len(LENGTHS) * (MAX_TOKENS - 2), "the prompts run whole"
+    assert forward[0] == sum(n + 1 for n in LENGTHS) + len(LENGTHS) * (MAX_TOKENS - 2), (
+        "the prompts run whole"
+    )
     assert_no_leak(consumer, "consumer")
 
 
@@ -174,7 +182,9 @@ def test_async_load_parks_the_request_until_the_worker_reports_it(checkpoint, re
     params = SamplingParams(max_tokens=MAX_TOKENS - 1, temperature=0, ignore_eos=True)
     ids = [consumer.add_request(o.prompt_token_ids + o.token_ids, params) for o in first]
     consumer.step()
-    parked = [r for r in consumer.scheduler.requests.values() if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS]
+    parked = [
+        r for r in consumer.scheduler.requests.values() if r.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    ]
     assert len(parked) == 3, "the three prompts with a stored block wait for their KV; the others run"
     assert all(r.num_computed_tokens == align_to_block_size(r.num_prompt_tokens - 1, BS) for r in parked)
     outputs = {}

@@ -30,7 +30,10 @@ class DisaggProxy:
     """``generate`` like an ``LLMEngine``, split over a prefill engine and a decode engine."""
 
     def __init__(self, prefill: LLMEngine, decode: LLMEngine) -> None:
-        for name, engine, role in (("prefill", prefill, "is_kv_producer"), ("decode", decode, "is_kv_consumer")):
+        for name, engine, role in (
+            ("prefill", prefill, "is_kv_producer"),
+            ("decode", decode, "is_kv_consumer"),
+        ):
             if not isinstance(engine, LLMEngine):
                 raise TypeError(f"{name} must be an LLMEngine, got {type(engine).__name__}")
             cfg = engine.vllm_config.kv_transfer_config

@@ -44,7 +44,11 @@ def main() -> None:
     rng = np.random.default_rng(15)
 
     def engine(role: str | None) -> LLMEngine:
-        cfg = None if role is None else KVTransferConfig("ExampleConnector", role, {"shared_storage_path": work})
+        cfg = (
+            None
+            if role is None
+            else KVTransferConfig("ExampleConnector", role, {"shared_storage_path": work})
+        )
         return LLMEngine(model=checkpoint, block_size=BS, num_gpu_blocks=NB, kv_transfer_config=cfg)
 
     print(f"block size {BS}, {MAX_TOKENS} greedy tokens per prompt; forward tokens per engine")

@@ -52,7 +52,8 @@ class LLMEngine:
         ``block_size``, ``enable_prefix_caching``, ``max_num_seqs``, ``max_num_batched_tokens``,
         ``max_model_len``, ``long_prefill_token_threshold``, ``enable_chunked_prefill``; see
         ``config.py``), the parallel ones (``tensor_parallel_size``,
-        ``distributed_executor_backend``) and ``speculative_config``. ``max_model_len`` (prompt + output tokens) defaults to what the pool
+        ``distributed_executor_backend``), ``speculative_config`` and ``kv_transfer_config`` (a KV
+        connector, Phase 15; it needs a checkpoint model). ``max_model_len`` (prompt + output tokens) defaults to what the pool
         holds, ``(num_gpu_blocks - 1) * block_size``, and may not exceed it. ``seed`` seeds
         sampling only. ``model="path/to/checkpoint"`` runs that checkpoint (its ``config.json``'s
         architecture, its weights, its ``tokenizer.json`` and EOS; ``max_model_len`` capped at its

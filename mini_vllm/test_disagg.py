@@ -105,6 +105,20 @@ def test_proxy_gives_one_engines_tokens_and_the_consumer_skips_the_prefill(check
     assert_no_leak(consumer, "consumer")
 
 
+def test_a_chunked_prefill_is_stored_once_its_last_block_is_computed(checkpoint, reference, tmp_path):
+    cfg = KVTransferConfig("ExampleConnector", "kv_producer", {"shared_storage_path": str(tmp_path)})
+    producer = LLMEngine(
+        model=checkpoint, block_size=BS, num_gpu_blocks=NB, max_num_batched_tokens=BS, kv_transfer_config=cfg
+    )  # a 40-token prompt runs in three chunks of at most 16
+    consumer = make(checkpoint, "kv_consumer", tmp_path)
+    got = [o.token_ids for o in DisaggProxy(producer, consumer).generate(prompts(), GREEDY)]
+    assert got == reference, "a store planned at the first chunk would save KV not computed yet"
+    aligned = [align_to_block_size(n, BS) for n in LENGTHS]
+    assert consumer.scheduler.num_external_computed_tokens == sum(aligned), "every full block must be stored"
+    assert not producer.scheduler.connector._pending_store, "no store may stay planned after its request"
+    assert_no_leak(producer, "producer")
+
+
 def test_roles_gate_loading_and_storing(checkpoint, tmp_path):
     producer = make(checkpoint, "kv_producer", tmp_path / "p")
     producer.generate(prompts(), SamplingParams(max_tokens=1))

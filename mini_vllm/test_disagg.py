@@ -119,6 +119,19 @@ def test_a_chunked_prefill_is_stored_once_its_last_block_is_computed(checkpoint,
     assert_no_leak(producer, "producer")
 
 
+def test_a_repeated_prompt_hits_the_consumers_own_prefix_cache_not_the_store(checkpoint, reference, tmp_path):
+    producer, consumer = make(checkpoint, "kv_producer", tmp_path), make(checkpoint, "kv_consumer", tmp_path)
+    proxy = DisaggProxy(producer, consumer)
+    assert [o.token_ids for o in proxy.generate(prompts(), GREEDY)] == reference
+    loaded = worker_connector(consumer).bytes_loaded
+    assert [o.token_ids for o in proxy.generate(prompts(), GREEDY)] == reference
+    assert worker_connector(consumer).bytes_loaded == loaded, (
+        "the loaded blocks entered the consumer's prefix cache: a second identical request must hit them "
+        "locally (get_num_new_matched_tokens gets the local hits and owes nothing)"
+    )
+    assert_no_leak(consumer, "consumer")
+
+
 def test_roles_gate_loading_and_storing(checkpoint, tmp_path):
     producer = make(checkpoint, "kv_producer", tmp_path / "p")
     producer.generate(prompts(), SamplingParams(max_tokens=1))

@@ -177,8 +177,12 @@ def test_a_broken_store_entry_falls_back_to_local_prefill(checkpoint, reference,
     assert_no_leak(consumer, "consumer")
 
 
-def test_a_load_that_fails_after_the_match_recomputes_the_bad_blocks(checkpoint, reference, tmp_path):
-    producer, consumer = make(checkpoint, "kv_producer", tmp_path), make(checkpoint, "kv_consumer", tmp_path)
+@pytest.mark.parametrize("load_async", [False, True])
+def test_a_load_that_fails_after_the_match_recomputes_the_bad_blocks(
+    checkpoint, reference, tmp_path, load_async
+):
+    producer = make(checkpoint, "kv_producer", tmp_path)
+    consumer = make(checkpoint, "kv_consumer", tmp_path, load_async=load_async)
     first = producer.generate(prompts(), SamplingParams(max_tokens=1, temperature=0, ignore_eos=True))
     connector = worker_connector(consumer)
     start_load_kv = connector.start_load_kv

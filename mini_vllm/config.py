@@ -217,8 +217,16 @@ class VllmConfig:
     lora_config: LoRAConfig | None = None  # None: LoRA off (upstream: enable_lora=False)
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
     model_config: ModelConfig | None = None  # None: the toy model (ToyForCausalLM, byte tokenizer)
+    kv_transfer_config: KVTransferConfig | None = None  # None: no KV connector (Phase 15)
 
     def __post_init__(self) -> None:
+        if isinstance(self.kv_transfer_config, dict):  # the engine-argument spelling
+            object.__setattr__(self, "kv_transfer_config", KVTransferConfig(**self.kv_transfer_config))
+        if self.kv_transfer_config is not None and not isinstance(self.kv_transfer_config, KVTransferConfig):
+            raise TypeError(
+                "kv_transfer_config must be a KVTransferConfig, a dict or None, "
+                f"got {type(self.kv_transfer_config).__name__}"
+            )
         if self.model_config is not None and not isinstance(self.model_config, ModelConfig):
             raise TypeError(f"model_config must be a ModelConfig or None, got {type(self.model_config).__name__}")
         if self.lora_config is not None and not isinstance(self.lora_config, LoRAConfig):
@@ -283,16 +291,18 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
     ``enable_lora=True`` builds a ``LoRAConfig`` from ``max_loras`` / ``max_lora_rank``; those two
     without ``enable_lora=True`` are refused (upstream ignores them silently). ``speculative_config``
     is a dict (``{"method": "ngram", "num_speculative_tokens": 3}``, as upstream's ``EngineArgs``), a
-    ``SpeculativeConfig`` or ``None``. ``model`` (a checkpoint directory) builds a ``ModelConfig``.
+    ``SpeculativeConfig`` or ``None``; ``kv_transfer_config`` likewise (a dict or a ``KVTransferConfig``).
+    ``model`` (a checkpoint directory) builds a ``ModelConfig``.
     """
     enable_lora = engine_args.pop("enable_lora", False)
     _check_bool("enable_lora", enable_lora)
     speculative = engine_args.pop("speculative_config", None)
+    kv_transfer = engine_args.pop("kv_transfer_config", None)
     model = engine_args.pop("model", None)
     fields = _CACHE_FIELDS | _SCHEDULER_FIELDS | _PARALLEL_FIELDS | _LORA_FIELDS
     unknown = sorted(set(engine_args) - fields)
     if unknown:
-        known = ", ".join(sorted(fields | {"enable_lora", "speculative_config", "model"}))
+        known = ", ".join(sorted(fields | {"enable_lora", "speculative_config", "kv_transfer_config", "model"}))
         raise TypeError(f"unknown engine argument(s) {unknown}; known: {known}")
     lora_args = {k: v for k, v in engine_args.items() if k in _LORA_FIELDS}
     if lora_args and not enable_lora:
@@ -309,6 +319,7 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
         lora_config=LoRAConfig(**lora_args) if enable_lora else None,
         speculative_config=speculative,
         model_config=model_config,
+        kv_transfer_config=kv_transfer,
     )
 
 

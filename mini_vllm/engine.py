@@ -52,7 +52,8 @@ class LLMEngine:
         ``block_size``, ``enable_prefix_caching``, ``max_num_seqs``, ``max_num_batched_tokens``,
         ``max_model_len``, ``long_prefill_token_threshold``, ``enable_chunked_prefill``; see
         ``config.py``), the parallel ones (``tensor_parallel_size``,
-        ``distributed_executor_backend``) and ``speculative_config``. ``max_model_len`` (prompt + output tokens) defaults to what the pool
+        ``distributed_executor_backend``), ``speculative_config`` and ``kv_transfer_config`` (a KV
+        connector, Phase 15; it needs a checkpoint model). ``max_model_len`` (prompt + output tokens) defaults to what the pool
         holds, ``(num_gpu_blocks - 1) * block_size``, and may not exceed it. ``seed`` seeds
         sampling only. ``model="path/to/checkpoint"`` runs that checkpoint (its ``config.json``'s
         architecture, its weights, its ``tokenizer.json`` and EOS; ``max_model_len`` capped at its
@@ -301,7 +302,9 @@ class LLMEngine:
         model_output = self.model_executor.sample_tokens(grammar_output)
         sampled = self._sampled_token_ids(scheduler_output, model_output)
         self._accept_grammar_tokens(sampled)
-        finished = self.scheduler.update_from_output(scheduler_output, sampled)
+        finished = self.scheduler.update_from_output(
+            scheduler_output, sampled, kv_connector_output=model_output.kv_connector_output
+        )
         if self.drafter is not None:
             self._propose([r for r in scheduler_output.scheduled_requests
                            if r.request_id in sampled and not r.is_finished])

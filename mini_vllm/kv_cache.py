@@ -142,6 +142,7 @@ class KVCacheManager:
         new_computed_blocks: Sequence[KVCacheBlock] | None = None,
         full_sequence_must_fit: bool = False,
         num_lookahead_tokens: int = 0,
+        delay_cache_blocks: bool = False,
     ) -> list[KVCacheBlock] | None:
         """Give ``request`` slots for ``num_new_tokens`` more tokens; the new blocks, or None.
 
@@ -154,6 +155,8 @@ class KVCacheManager:
         ``full_sequence_must_fit`` (admission) also requires room for the whole current
         sequence, not just this chunk. ``None`` means "does not fit" and nothing was changed.
         An empty list is a success that needed no new block: test with ``is None``.
+        ``delay_cache_blocks`` (a KV connector still loading these blocks) registers no block
+        for prefix caching yet; the scheduler calls ``cache_blocks`` once the load has landed.
         """
         if not isinstance(request, Request):
             raise TypeError(f"expected a Request, got {type(request).__name__}")
@@ -181,7 +184,7 @@ class KVCacheManager:
             self._ensure_hashes(request)  # a request holding blocks was checked when it got them
         return self._allocate_slots(
             request, num_new_tokens, num_new_computed_tokens, new_computed, full_sequence_must_fit,
-            num_lookahead_tokens,
+            num_lookahead_tokens, delay_cache_blocks,
         )
 
     def _allocate_slots(
@@ -192,6 +195,7 @@ class KVCacheManager:
         new_computed: Sequence[KVCacheBlock],
         full_sequence_must_fit: bool,
         num_lookahead_tokens: int = 0,
+        delay_cache_blocks: bool = False,
     ) -> list[KVCacheBlock] | None:
         """``allocate_slots`` without the argument checks: the scheduler's hot path."""
         rid = request.request_id
@@ -230,7 +234,7 @@ class KVCacheManager:
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
         req_blocks.extend(new_blocks)
 
-        if self.enable_caching:
+        if self.enable_caching and not delay_cache_blocks:
             # Cache every block that will be full once this step's tokens are computed.
             self.cache_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return new_blocks

@@ -208,6 +208,8 @@ class ExampleConnector(KVConnectorBase_V1):
             str, tuple[list[int], list[int], int, list[str]]
         ] = {}  # id -> tokens, blocks, n, mm
         self.fallbacks: list[tuple[str, str]] = []  # (request id, reason) for each recompute
+        # stores planned but not yet due: id -> [tokens, blocks so far, n, mm, tokens computed by then]
+        self._pending_store: dict[str, list[Any]] = {}
         self.kv_caches: dict[str, np.ndarray] = {}
         self._pending: list[list[Any]] = []  # async loads in flight: [steps left, ReqMeta]
         self._load_errors: set[int] = set()
@@ -263,12 +265,26 @@ class ExampleConnector(KVConnectorBase_V1):
             )
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
-        """Loads for every request allocated since the last call; stores for new prompts not on disk."""
+        """Loads for every request allocated since the last call; stores for new prompts not on disk.
+
+        A prompt's store is due in the step that computes its last stored token: at once for a
+        prompt scheduled whole, at its last needed chunk under chunked prefill (upstream's example
+        plans every store at admission, with the blocks allocated by then).
+        """
         meta = KVConnectorMetadata()
         for rid, (tokens, blocks, n, mm) in self._need_load.items():
             meta.requests.append(
                 ReqMeta.make_meta(rid, tokens, blocks, self.block_size, False, mm, num_tokens=n)
             )
+        scheduled = getattr(scheduler_output, "num_scheduled_tokens", None)  # None: whole prompts
+        new_block_ids = getattr(scheduler_output, "req_to_new_block_ids", {})
+        for rid in getattr(scheduler_output, "preempted_req_ids", ()):
+            self._pending_store.pop(rid, None)  # its blocks are gone: it will not be stored
+        for rid in getattr(scheduler_output, "finished_req_ids", ()):
+            self._pending_store.pop(rid, None)
+        for rid, pending in self._pending_store.items():  # a chunked prompt's later chunks
+            pending[1].extend(new_block_ids.get(rid, ()))
+            pending[4] += scheduled.get(rid, 0) if scheduled is not None else 0
         for req in scheduler_output.scheduled_new_reqs:
             if req.request_id in self._need_load:
                 continue
@@ -276,10 +292,17 @@ class ExampleConnector(KVConnectorBase_V1):
             mm = [f.identifier for f in getattr(req, "mm_features", ())]
             n = align_to_block_size(len(tokens), self.block_size)
             if n > 0 and not os.path.isdir(self._foldername(tokens[:n], mm)):
-                blocks = scheduler_output.req_to_new_block_ids[req.request_id]
-                meta.requests.append(
-                    ReqMeta.make_meta(req.request_id, tokens, blocks, self.block_size, True, mm)
+                done = (
+                    n
+                    if scheduled is None
+                    else getattr(req, "num_computed_tokens", 0) + scheduled[req.request_id]
                 )
+                blocks = list(new_block_ids[req.request_id])
+                self._pending_store[req.request_id] = [tokens, blocks, n, mm, done]
+        for rid, (tokens, blocks, n, mm, done) in list(self._pending_store.items()):
+            if done >= n:  # the forward of this step computes the last stored token: save after it
+                meta.requests.append(ReqMeta.make_meta(rid, tokens, blocks, self.block_size, True, mm))
+                del self._pending_store[rid]
         self._need_load.clear()
         return meta
 
@@ -353,6 +376,11 @@ class ExampleConnector(KVConnectorBase_V1):
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
         return errors
+
+
+def kv_layer_names(num_layers: int) -> list[str]:
+    """The attention layers' names, as upstream's ``Attention`` modules are prefixed (one file each)."""
+    return [f"model.layers.{i}.self_attn.attn" for i in range(num_layers)]
 
 
 class KVConnectorFactory:

@@ -13,7 +13,10 @@ grammar bitmask, samples, verifies drafts with the rejection sampler and returns
 
 The model answers ``forward(input_ids, positions, kv_caches, attn_metadata) -> hidden`` and
 ``compute_logits(hidden) -> logits`` (``models/interfaces.py``); ``initialize_kv_cache`` gives it
-one KV tensor per attention layer, as many blocks as the pool (none for the toy).
+one KV tensor per attention layer, as many blocks as the pool (none for the toy). With a
+``kv_transfer_config`` the runner also holds the worker side of the KV connector
+(``vllm/v1/worker/kv_connector_model_runner_mixin.py``): it loads external KV into the cache
+before the forward, saves each layer after it, and returns a ``KVConnectorOutput``.
 
 Left out: device tensors and pinned host copies, CUDA graphs and batch padding, async scheduling
 (mini's scheduler advances ``num_computed_tokens`` after the step, so the runner reads it before),
@@ -24,7 +27,7 @@ drafter (the engine proposes), per-request sampling tensors (the sampler takes t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any, NamedTuple, Protocol
 
@@ -32,7 +35,8 @@ import numpy as np
 
 from .attention import AttentionMetadata, allocate_kv_caches
 from .grammar import apply_bitmask
-from .outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+from .kv_connector import KVConnectorBase_V1, KVConnectorFactory, KVConnectorRole, kv_layer_names
+from .outputs import EMPTY_MODEL_RUNNER_OUTPUT, KVConnectorOutput, ModelRunnerOutput
 from .sampler import Sampler, apply_min_p, apply_top_k_top_p
 from .sampling_params import SamplingParams
 from .spec_decode import parse_output, rejection_sample
@@ -226,6 +230,8 @@ class GPUModelRunner:
         self.kv_caches: list[np.ndarray] = []
         self.execute_model_state: ExecuteModelState | None = None
         self.last_inputs: SimpleNamespace | None = None  # the latest flattened inputs (for tests and labs)
+        self.kv_connector: KVConnectorBase_V1 | None = None  # the worker side (Phase 15)
+        self._kv_connector_output: KVConnectorOutput | None = None  # this step's, for sample_tokens
 
     def initialize_kv_cache(self) -> None:
         """One KV tensor per attention layer, as many blocks as the block pool hands out.
@@ -244,6 +250,40 @@ class GPUModelRunner:
                 spec.head_size,
                 spec.dtype,
             )
+        kv_transfer = getattr(self.vllm_config, "kv_transfer_config", None)
+        if kv_transfer is not None:
+            if not self.kv_caches:
+                raise ValueError(
+                    f"kv_transfer_config needs a model with a KV cache; {type(self.model).__name__} keeps none"
+                )
+            names = kv_layer_names(len(self.kv_caches))
+            self.kv_connector = KVConnectorFactory.create_connector(
+                kv_transfer, KVConnectorRole.WORKER, self.block_size, names
+            )
+            self.kv_connector.register_kv_caches(dict(zip(names, self.kv_caches)))
+
+    # -- the KV connector around the forward (kv_connector_model_runner_mixin.py) -----------
+    def _start_kv_transfer(self, scheduler_output: Any) -> None:
+        """Bind the step's plan and load the external KV into the paged cache, before the forward."""
+        if self.kv_connector is not None:
+            self.kv_connector.bind_connector_metadata(scheduler_output.kv_connector_metadata)
+            self.kv_connector.start_load_kv()
+            for name in self.kv_connector.layer_names:  # upstream waits layer by layer inside attention
+                self.kv_connector.wait_for_layer_load(name)
+
+    def _finish_kv_transfer(self, scheduler_output: Any, forward_ran: bool) -> None:
+        """Save the layers the forward wrote, then collect what finished and what failed to load."""
+        connector = self.kv_connector
+        if connector is None:
+            return
+        if forward_ran:  # upstream saves each layer from inside attention; mini after the forward
+            for name, kv in zip(connector.layer_names, self.kv_caches):
+                connector.save_kv_layer(name, kv)
+        connector.wait_for_save()
+        sending, recving = connector.get_finished(scheduler_output.finished_req_ids)
+        invalid = connector.get_block_ids_with_load_errors()
+        connector.clear_connector_metadata()
+        self._kv_connector_output = KVConnectorOutput(sending, recving, invalid or None)
 
     # -- keeping the batch in step with the scheduler ---------------------------------------
     def _update_states(self, scheduler_output: Any) -> None:
@@ -356,13 +396,16 @@ class GPUModelRunner:
         if self.execute_model_state is not None:
             raise RuntimeError("execute_model() called twice: call sample_tokens() first")
         self._update_states(scheduler_output)
+        self._start_kv_transfer(scheduler_output)
         if not scheduler_output.total_num_scheduled_tokens:
             self.last_inputs = None
+            self._finish_kv_transfer(scheduler_output, forward_ran=False)  # async loads still progress
             return None
         inputs = self._prepare_inputs(scheduler_output)
         self.last_inputs = inputs
         before = getattr(self.model, "num_collectives", 0)
         hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.attn_metadata)
+        self._finish_kv_transfer(scheduler_output, forward_ran=True)
         logits = self.model.compute_logits(hidden[inputs.logits_indices])
         first_row = (np.cumsum(inputs.num_draft + 1) - inputs.num_draft - 1).tolist()
         self.execute_model_state = ExecuteModelState(
@@ -379,8 +422,11 @@ class GPUModelRunner:
     def sample_tokens(self, grammar_output: Any | None) -> ModelRunnerOutput:
         """Mask, sample, verify drafts; record the tokens in the batch; one list of tokens per request."""
         state = self.execute_model_state
+        kv_output, self._kv_connector_output = self._kv_connector_output, None
         if state is None:
-            return EMPTY_MODEL_RUNNER_OUTPUT
+            return EMPTY_MODEL_RUNNER_OUTPUT if kv_output is None else replace(
+                EMPTY_MODEL_RUNNER_OUTPUT, kv_connector_output=kv_output
+            )
         self.execute_model_state = None
         logits = state.logits
         index = {rid: i for i, rid in enumerate(state.req_ids)}
@@ -399,6 +445,7 @@ class GPUModelRunner:
             req_id_to_index=index,
             sampled_token_ids=[sampled.get(rid, []) for rid in state.req_ids],
             num_collectives=state.num_collectives,
+            kv_connector_output=kv_output,
         )
 
     # -- the pieces ------------------------------------------------------------------------

@@ -7,7 +7,8 @@ completion per sample (``n`` of them when ``SamplingParams.n > 1``, in index ord
 ``DraftTokenIds`` mirrors ``vllm/v1/outputs.py``: the drafts a proposer made after a step, handed
 to ``Scheduler.update_draft_token_ids``; ``ModelRunnerOutput`` (same file) is what the model
 runner's ``sample_tokens`` returns: the tokens of each request of the batch (an empty list for a
-mid-prefill chunk), plus, in mini only, the collectives the TP group issued for the step.
+mid-prefill chunk), plus, in mini only, the collectives the TP group issued for the step, and
+``KVConnectorOutput`` (same file): what the worker's KV connector finished this step.
 
 Left out: per-token logprobs and the cumulative logprob in ``CompletionOutput``, prompt logprobs,
 metrics, LoRA, streaming deltas (mini returns a request's output when it finishes; a parent with
@@ -60,11 +61,21 @@ class DraftTokenIds:
 
 
 @dataclass(frozen=True)
+class KVConnectorOutput:
+    """The worker-side connector's report for one step (``None`` fields: nothing to report)."""
+
+    finished_sending: set[str] | None = None  # saves done: the scheduler may free these blocks
+    finished_recving: set[str] | None = None  # async loads landed: parked requests may run
+    invalid_block_ids: set[int] | None = None  # blocks whose load failed: recompute them
+
+
+@dataclass(frozen=True)
 class ModelRunnerOutput:
     req_ids: list[str]  # the batch's requests, in batch order
     req_id_to_index: dict[str, int]
     sampled_token_ids: list[list[int]]  # per request: accepted drafts + one more; [] for a mid-prefill chunk
     num_collectives: int = 0  # collectives the TP group issued for this step (0 at TP=1)
+    kv_connector_output: KVConnectorOutput | None = None  # None: no KV connector configured
 
 
 EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[])

@@ -54,6 +54,7 @@ class RequestStatus(enum.IntEnum):
     """Lifecycle states, in upstream order: anything after PREEMPTED is finished."""
 
     WAITING = enum.auto()
+    WAITING_FOR_REMOTE_KVS = enum.auto()  # blocks allocated, a KV connector is still loading them
     RUNNING = enum.auto()
     PREEMPTED = enum.auto()
     FINISHED_STOPPED = enum.auto()

@@ -7,18 +7,21 @@ One rule drives everything: give each request tokens so ``num_computed_tokens`` 
 ``num_tokens_with_spec``; RUNNING requests first (preempting the newest when blocks run out), then
 WAITING ones in order, never in a step that preempted. Built from a ``VllmConfig``; it owns its
 ``KVCacheManager``. It also applies the encoder budget and doorstep rule of images (Phase 13),
-the ``max_loras`` admission rule (Phase 11), and schedules, rolls back and counts drafts
-(Phase 08). README.md ("How the scheduler decides") walks through a step.
+the ``max_loras`` admission rule (Phase 11), schedules, rolls back and counts drafts
+(Phase 08), and drives a KV connector's scheduler side (Phase 15: external hits counted as
+computed, ``WAITING_FOR_REMOTE_KVS`` parking, delayed frees, recompute of blocks that failed to
+load). README.md ("How the scheduler decides") walks through a step.
 
 Deliberate difference: ``num_computed_tokens`` advances in ``update_from_output``, not at the end
 of ``schedule()`` (no async scheduling), so between the two calls a request's counters describe
 the state before the step, which ``needs_sample`` and the model runner read.
 
 Left out: async scheduling and output placeholders, structured output (the engine holds the
-grammars), encoder-decoder models and remote encoder caches, KV connectors, the PRIORITY policy,
-pipeline parallelism, pause states, stats beyond the prefix-cache and spec-decode counters. Requests
-skipped for ``max_loras`` wait in a second queue, ``skipped_waiting``, walked before ``waiting``
-(upstream also parks grammar-compile, remote-KV and streaming waits there; mini has none).
+grammars), encoder-decoder models and remote encoder caches, HMA connectors and connector stats,
+the PRIORITY policy, pipeline parallelism, pause states, stats beyond the prefix-cache and
+spec-decode counters. Requests skipped for ``max_loras`` or parked in ``WAITING_FOR_REMOTE_KVS``
+wait in a second queue, ``skipped_waiting``, walked before ``waiting`` (upstream also parks
+grammar-compile and streaming waits there; mini has neither).
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .config import VllmConfig
 from .kv_cache import KVCacheManager
+from .kv_connector import KVConnectorBase_V1, KVConnectorFactory, KVConnectorRole, kv_layer_names
 from .lora import claim_adapter
 from .multimodal import (
     EncoderCacheManager,
@@ -38,7 +43,7 @@ from .multimodal import (
     free_consumed_encoder_inputs,
     try_schedule_encoder_inputs,
 )
-from .outputs import DraftTokenIds
+from .outputs import DraftTokenIds, KVConnectorOutput
 from .request import Request, RequestStatus, is_token_id
 from .spec_decode import SpecDecodingStats
 
@@ -58,6 +63,7 @@ class SchedulerOutput:
     scheduled_encoder_inputs: dict[str, list[int]] = field(default_factory=dict)  # request id -> images to encode
     free_encoder_mm_hashes: list[str] = field(default_factory=list)  # evicted from the encoder cache this step
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)  # drafts to verify
+    kv_connector_metadata: Any = None  # the KV connector's plan for the worker (None: no connector)
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -107,6 +113,24 @@ class Scheduler:
         self.encoder_cache_manager = EncoderCacheManager(self.scheduler_config.encoder_cache_size)
         self._encoder_budget = 0  # what this step has left of max_num_encoder_input_tokens
         self._scheduled_encoder_inputs: dict[str, list[int]] = {}
+        # KV connector (Phase 15): the scheduler side decides what is loaded and what is stored.
+        self.kv_transfer_config = vllm_config.kv_transfer_config
+        self.connector: KVConnectorBase_V1 | None = None
+        if self.kv_transfer_config is not None:
+            model_config = vllm_config.model_config
+            num_layers = 0 if model_config is None else int(model_config.hf_config.get("num_hidden_layers", 0))
+            if num_layers == 0:
+                raise ValueError(
+                    "kv_transfer_config needs a model with a KV cache (model=<checkpoint>); "
+                    "the toy model keeps none, so there is nothing to transfer"
+                )
+            self.connector = KVConnectorFactory.create_connector(
+                self.kv_transfer_config, KVConnectorRole.SCHEDULER, self.block_size, kv_layer_names(num_layers)
+            )
+        self.finished_recving_kv_req_ids: set[str] = set()  # async loads landed, not yet promoted
+        self.failed_recving_kv_req_ids: set[str] = set()  # async loads that failed (recompute)
+        self.requests_held_for_kv: dict[str, Request] = {}  # finished; blocks wait on the connector
+        self.num_external_computed_tokens = 0  # tokens the connector promised (a counter for tests)
 
     @property
     def running(self) -> list[Request]:
@@ -180,18 +204,38 @@ class Scheduler:
                 self._num_finished_in_running += 1
             else:
                 self._num_finished_in_waiting += 1
+            delay_free_blocks = False
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:  # its load may still land
+                delay_free_blocks = request.request_id not in self.finished_recving_kv_req_ids
+                self.finished_recving_kv_req_ids.discard(request.request_id)
+                self.failed_recving_kv_req_ids.discard(request.request_id)
             request.status = finished_status
-            self._free_request(request)
+            self._free_request(request, delay_free_blocks)
         return finished
 
-    def _free_request(self, request: Request) -> None:
-        self.kv_cache_manager.free(request)
+    def _free_request(self, request: Request, delay_free_blocks: bool = False) -> None:
+        """Finish bookkeeping; the blocks go back now, or when the connector says it is done with them."""
+        if self.connector is not None:
+            delay, _ = self.connector.request_finished(
+                request, self.kv_cache_manager.get_block_ids(request.request_id)
+            )
+            delay_free_blocks |= delay
         self.encoder_cache_manager.free(request.request_id)
         self.finished_req_ids.add(request.request_id)
         del self.requests[request.request_id]
+        if delay_free_blocks:
+            self.requests_held_for_kv[request.request_id] = request
+        else:
+            self.kv_cache_manager.free(request)
+
+    def _free_blocks(self, request: Request) -> None:
+        """A held request's transfer is over: its blocks go back to the pool."""
+        del self.requests_held_for_kv[request.request_id]
+        self.kv_cache_manager.free(request)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.requests)
+        """True while a request is unfinished or a finished one's blocks still wait on a transfer."""
+        return bool(self.requests or self.requests_held_for_kv)
 
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
@@ -269,28 +313,65 @@ class Scheduler:
                 if len(running) == self.max_num_running_reqs:
                     break
                 queue = skipped_waiting or waiting  # upstream's FCFS walk: the skipped queue first
-                request = queue[0]  # new or preempted: num_computed_tokens is 0 either way
+                request = queue[0]  # new or preempted: num_computed_tokens is 0 (unless its KV was loaded)
+                if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                    if request.request_id not in self.finished_recving_kv_req_ids:
+                        step_skipped.append(queue.popleft())  # its KV is still loading: keep walking
+                        continue
+                    self._update_waiting_for_remote_kv(request)
+                    request.status = RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
                 if not self._lora_fits(request, loras):
                     step_skipped.append(queue.popleft())  # over max_loras: skip this step, keep walking
                     continue
-                computed_blocks, num_computed = kv.get_computed_blocks(request)  # prefix-cache head start
-                # >= 1 because prefix hits stop at num_tokens - 1
+                num_local, num_external, load_kv_async = 0, 0, False
+                computed_blocks: list = []
+                if request.num_computed_tokens == 0:
+                    computed_blocks, num_local = kv.get_computed_blocks(request)  # prefix-cache head start
+                    if self.connector is not None and self.kv_transfer_config.is_kv_consumer:
+                        ext, load_kv_async = self.connector.get_num_new_matched_tokens(request, num_local)
+                        if ext is None:  # the connector cannot tell yet: try again next step
+                            step_skipped.append(queue.popleft())
+                            continue
+                        num_external = ext
+                        load_kv_async = load_kv_async and ext > 0
+                # local hits, external hits and KV an async load already brought: all computed
+                num_computed = request.num_computed_tokens + num_local + num_external
+                # >= 1 because prefix hits (local and external) stop at num_tokens - 1
                 num_new_tokens = request.num_tokens - num_computed
-                if 0 < self.scheduler_config.long_prefill_token_threshold < num_new_tokens:
-                    num_new_tokens = self.scheduler_config.long_prefill_token_threshold
-                if not chunked and num_new_tokens > token_budget:
-                    break  # without chunked prefill a prompt runs whole or waits
-                num_new_tokens = min(num_new_tokens, token_budget)
-                num_new_tokens, encoder_plan = self._try_schedule_encoder_inputs(request, num_computed, num_new_tokens)
-                if num_new_tokens == 0:
-                    break  # its first chunk would start at an image the encoder cannot run this step
+                encoder_plan = None
+                if not load_kv_async:
+                    if 0 < self.scheduler_config.long_prefill_token_threshold < num_new_tokens:
+                        num_new_tokens = self.scheduler_config.long_prefill_token_threshold
+                    if not chunked and num_new_tokens > token_budget:
+                        break  # without chunked prefill a prompt runs whole or waits
+                    num_new_tokens = min(num_new_tokens, token_budget)
+                    num_new_tokens, encoder_plan = self._try_schedule_encoder_inputs(
+                        request, num_computed, num_new_tokens
+                    )
+                    if num_new_tokens == 0:
+                        break  # its first chunk would start at an image the encoder cannot run this step
+                # External tokens get fresh blocks (they are not prefix hits): allocate them as new
+                # slots; an async load allocates only them, and caches none until the load lands.
                 new_blocks = kv.allocate_slots(
-                    request, num_new_tokens, num_computed, computed_blocks, full_sequence_must_fit=True
+                    request,
+                    num_external + (0 if load_kv_async else num_new_tokens),
+                    num_local,
+                    computed_blocks,
+                    full_sequence_must_fit=True,
+                    delay_cache_blocks=load_kv_async,
                 )
                 if new_blocks is None:
                     self.encoder_cache_manager.free(request.request_id)  # drop the hits the rule recorded
                     break  # head-of-line: nobody behind it jumps the queue
+                if self.connector is not None:
+                    self.connector.update_state_after_alloc(request, kv.get_blocks(request.request_id), num_external)
+                    self.num_external_computed_tokens += num_external
                 queue.popleft()
+                if load_kv_async:  # park it: blocks held, no tokens until the worker reports the load
+                    request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+                    request.num_computed_tokens = num_computed
+                    step_skipped.append(request)
+                    continue
                 running.append(request)
                 (new_reqs if request.status == RequestStatus.WAITING else resumed_reqs).append(request)
                 self._commit_encoder_inputs(request, encoder_plan)
@@ -316,6 +397,11 @@ class Scheduler:
             free_encoder_mm_hashes=self.encoder_cache_manager.get_freed_mm_hashes(),
             scheduled_spec_decode_tokens=spec_decode_tokens,
         )
+        if self.connector is not None:
+            meta = self.connector.build_connector_meta(output)
+            if not self.kv_transfer_config.is_kv_producer:  # a consumer only loads
+                meta.requests = [r for r in meta.requests if not r.is_store]
+            output.kv_connector_metadata = meta
         self.finished_req_ids = set()
         self._pending_output = output
         return output
@@ -417,6 +503,7 @@ class Scheduler:
         self,
         scheduler_output: SchedulerOutput,
         sampled_token_ids: Mapping[str, int | Sequence[int]] | None = None,
+        kv_connector_output: KVConnectorOutput | None = None,
     ) -> list[Request]:
         """Apply a step's results; return the requests that finished, in scheduling order.
 
@@ -426,7 +513,10 @@ class Scheduler:
         tokens). Counters advance, rejected drafts are rolled back, tokens are appended one by
         one with the stop checks (EOS, stop tokens, then ``max_tokens``/``max_model_len``) after
         each, finished requests leave ``running`` and free their blocks. Call it every step,
-        even when nothing was sampled.
+        even when nothing was sampled. ``kv_connector_output`` (the worker connector's report):
+        a request whose loaded blocks turned out bad drops this step's token and recomputes from
+        its first bad block; landed async loads free their parked requests; finished transfers
+        free the blocks of requests held for them.
         """
         if scheduler_output is not self._pending_output:
             raise ValueError("update_from_output() needs the output of the latest schedule(), exactly once")
@@ -454,11 +544,16 @@ class Scheduler:
                 what = "needs a sampled token" if wants else "is mid-prefill and must not get a token"
                 raise ValueError(f"request {request.request_id!r} {what}")
         self._pending_output = None
+        failed_kv_load: set[str] = set()
+        if kv_connector_output is not None and kv_connector_output.invalid_block_ids:
+            failed_kv_load = self._handle_invalid_blocks(kv_connector_output.invalid_block_ids)
 
         self.spec_decoding_stats = None
         finished: list[Request] = []
         for request in scheduler_output.scheduled_requests:
             if request.status > RequestStatus.PREEMPTED:  # aborted after it was scheduled
+                continue
+            if request.request_id in failed_kv_load:  # its KV was bad: no token, recompute
                 continue
             request.num_computed_tokens += scheduled[request.request_id]
             if request.mm_features:  # images now wholly in the KV cache release their encoder output
@@ -481,7 +576,61 @@ class Scheduler:
         self._num_finished_in_running += len(finished)  # swept out on the next read
         for request in finished:
             self._free_request(request)
+        if kv_connector_output is not None:
+            self._update_from_kv_xfer_finished(kv_connector_output)
         return finished
+
+    # -- KV connector (Phase 15) -------------------------------------------------------------
+    def _update_waiting_for_remote_kv(self, request: Request) -> None:
+        """An async load landed: cache the loaded blocks (or drop them if the load failed)."""
+        rid = request.request_id
+        if rid in self.failed_recving_kv_req_ids:
+            self.failed_recving_kv_req_ids.remove(rid)
+            if request.num_computed_tokens:
+                self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+            else:
+                self.kv_cache_manager.free(request)  # nothing valid: admit it afresh
+        else:
+            self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+            if request.num_computed_tokens == request.num_tokens:  # recompute the last token to sample
+                request.num_computed_tokens = request.num_tokens - 1
+        self.finished_recving_kv_req_ids.remove(rid)
+
+    def _update_from_kv_xfer_finished(self, kv_connector_output: KVConnectorOutput) -> None:
+        """Received loads promote parked requests; finished transfers release held blocks."""
+        for rid in kv_connector_output.finished_recving or ():
+            if rid in self.requests_held_for_kv:  # aborted while its load was in flight
+                self._free_blocks(self.requests_held_for_kv[rid])
+            elif rid in self.requests and self.requests[rid].status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                self.finished_recving_kv_req_ids.add(rid)
+        for rid in kv_connector_output.finished_sending or ():
+            if rid in self.requests_held_for_kv:
+                self._free_blocks(self.requests_held_for_kv[rid])
+
+    def _handle_invalid_blocks(self, invalid_block_ids: set[int]) -> set[str]:
+        """Requests holding a block whose load failed restart at their first bad block.
+
+        Upstream's ``kv_load_failure_policy="recompute"``: ``num_computed_tokens`` falls back to the
+        start of the first bad block and those blocks leave the prefix cache, so no other request
+        hits KV that was never written. Returns the ids of running requests whose token this step
+        is void (a parked request just records the failure for its promotion).
+        """
+        kv, failed = self.kv_cache_manager, set()
+        for request in list(self.requests.values()):
+            block_ids = kv.get_block_ids(request.request_id)
+            bad = [i for i, b in enumerate(block_ids) if b in invalid_block_ids]
+            if not bad:
+                continue
+            first = bad[0]
+            for block in kv.get_blocks(request.request_id)[first:]:
+                kv.block_pool._maybe_evict_cached_block(block)
+            kv.num_cached_block[request.request_id] = min(kv.num_cached_block.get(request.request_id, 0), first)
+            request.num_computed_tokens = min(request.num_computed_tokens, first * self.block_size)
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
+                self.failed_recving_kv_req_ids.add(request.request_id)
+            else:
+                failed.add(request.request_id)
+        return failed
 
     def _update_request_with_output(
         self, request: Request, new_token_ids: int | Sequence[int], drafts: Sequence[int]

@@ -8,13 +8,14 @@ def test_status_order_matches_upstream():
     names = [s.name for s in RequestStatus]
     assert names == [
         "WAITING",
+        "WAITING_FOR_REMOTE_KVS",  # a KV connector's async load (Phase 15)
         "RUNNING",
         "PREEMPTED",
         "FINISHED_STOPPED",
         "FINISHED_LENGTH_CAPPED",
         "FINISHED_ABORTED",
     ]
-    assert [RequestStatus.is_finished(s) for s in RequestStatus] == [False, False, False, True, True, True]
+    assert [RequestStatus.is_finished(s) for s in RequestStatus] == [False, False, False, False, True, True, True]
 
 
 def test_counters():

@@ -182,3 +182,48 @@ def test_whole_block_prompt_real_loads_the_wrong_key_mini_does_not(real, tmp_pat
     assert (
         n == 32 and worker.bytes_loaded == len(real.LAYERS) * 2 * 32 * real.NUM_KV_HEADS * real.HEAD_SIZE * 4
     )
+
+
+@pytest.mark.parametrize("store", ["real", "mini"])
+def test_minis_scheduler_with_the_connector_inside_admits_the_consumer_like_the_real_one(
+    real, produced, store
+):
+    """The engine integration: mini's ``Scheduler`` built with ``kv_transfer_config`` (the connector
+    inside, as in ``LLMEngine``) schedules the same tokens, computed counts, blocks and load plan as
+    the real ``Scheduler`` with the real ``ExampleConnector`` on the consumer side."""
+    from mini_vllm.config import ModelConfig, VllmConfig
+
+    s_real, s_mini, *_ = produced
+    path = str(s_real if store == "real" else s_mini)
+    D = real.RealEngineSide(path, "kv_consumer", block_size=BS, num_gpu_blocks=NB)
+    rids = ["a", "b", "c", "d"]
+    for rid in rids:
+        D.add(rid, prompt_of(rid, PROMPTS[rid]) + [7], max_tokens=4)
+    step = D.schedule()
+
+    hf = {"architectures": ["LlamaForCausalLM"], "vocab_size": 100_000, "num_hidden_layers": len(real.LAYERS)}
+    base = create_engine_config(block_size=BS, num_gpu_blocks=NB, max_num_batched_tokens=2048)
+    cfg = KVTransferConfig("ExampleConnector", "kv_consumer", {"shared_storage_path": path})
+    mini = Scheduler(
+        VllmConfig(
+            base.cache_config,
+            base.scheduler_config,
+            model_config=ModelConfig(hf_config=hf, max_model_len=base.max_model_len),
+            kv_transfer_config=cfg,
+        )
+    )
+    mini.connector.layer_names = list(real.LAYERS)  # the real side's file names (an engine uses its model's)
+    for rid in rids:
+        mini.add_request(Request(rid, prompt_of(rid, PROMPTS[rid]) + [7], SamplingParams(max_tokens=4)))
+    out = mini.schedule()
+    assert out.num_scheduled_tokens == step.num_scheduled_tokens, "tokens left to compute differ"
+    assert {r: mini.requests[r].num_computed_tokens for r in rids} == step.num_computed_tokens, (
+        "the external hits must count as computed at admission, as upstream counts them"
+    )
+    assert {r: out.req_to_new_block_ids[r] for r in rids} == step.block_ids
+    mine = [
+        (m.is_store, m.token_ids.tolist(), m.slot_mapping.tolist())
+        for m in out.kv_connector_metadata.requests
+    ]
+    loads = [t for t in step.transfers if not t[0]]
+    assert mine == loads, "mini's load plan (key tokens, slots) differs from the real connector's"

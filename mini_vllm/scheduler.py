@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -417,6 +418,7 @@ class Scheduler:
         self,
         scheduler_output: SchedulerOutput,
         sampled_token_ids: Mapping[str, int | Sequence[int]] | None = None,
+        pooler_outputs: Mapping[str, Any] | None = None,
     ) -> list[Request]:
         """Apply a step's results; return the requests that finished, in scheduling order.
 
@@ -426,11 +428,13 @@ class Scheduler:
         tokens). Counters advance, rejected drafts are rolled back, tokens are appended one by
         one with the stop checks (EOS, stop tokens, then ``max_tokens``/``max_model_len``) after
         each, finished requests leave ``running`` and free their blocks. Call it every step,
-        even when nothing was sampled.
+        even when nothing was sampled. A pooling request gets no token: ``pooler_outputs`` names
+        those whose prompt is done, and they finish ``"stop"`` (vllm/v1/core/sched/scheduler.py:1411).
         """
         if scheduler_output is not self._pending_output:
             raise ValueError("update_from_output() needs the output of the latest schedule(), exactly once")
         sampled = dict(sampled_token_ids or {})
+        pooled = pooler_outputs or {}
         scheduled = scheduler_output.num_scheduled_tokens
         spec = scheduler_output.scheduled_spec_decode_tokens
         for rid, tok in sampled.items():
@@ -450,6 +454,11 @@ class Scheduler:
                 continue
             # needs_sample, inlined (this loop runs once per scheduled request per step)
             wants = request.num_computed_tokens + scheduled[request.request_id] >= request.num_tokens
+            if request.pooling_params is not None:
+                if request.request_id in sampled or wants != (request.request_id in pooled):
+                    raise ValueError(f"pooling request {request.request_id!r} takes a pooler output, "
+                                     "once its whole prompt is computed, and never a token")
+                continue
             if wants != (request.request_id in sampled):
                 what = "needs a sampled token" if wants else "is mid-prefill and must not get a token"
                 raise ValueError(f"request {request.request_id!r} {what}")
@@ -465,6 +474,12 @@ class Scheduler:
                 free_consumed_encoder_inputs(
                     request.request_id, request.mm_features, request.num_computed_tokens, self.encoder_cache_manager
                 )
+            if request.pooling_params is not None:  # pooling stops as soon as there is output
+                request.is_prefill_chunk = request.request_id not in pooled
+                if not request.is_prefill_chunk:
+                    request.status = RequestStatus.FINISHED_STOPPED
+                    finished.append(request)
+                continue
             token = sampled.get(request.request_id)
             request.is_prefill_chunk = token is None
             if token is None:

@@ -1,27 +1,19 @@
-"""Benchmark (not a test): mini_vllm vs the real vLLM 0.22.1, same work, same process.
+"""Benchmark (not a test): mini_vllm against the real vLLM 0.22.1 and Hugging Face, same work.
 
-    python -m mini_vllm.bench [--repeats 5] [--quick]
+    python -m mini_vllm.bench [--repeats 5] [--quick]     # every case, about three minutes
+    python -m mini_vllm.bench --only generate [--work]    # the checkpoint case alone
 
-Cases, each reported as the ratio mini / vLLM (or new / baseline) with its spread:
-
-1. Block pool: one deterministic trace of ``get_new_blocks`` / ``cache_full_blocks`` /
-   ``touch`` / ``free_blocks`` on a 256-block pool; both pools are built before the clock starts.
-2. Scheduler at 10, 100, 1,000 and 5,000 running requests: the same trace through both
-   schedulers (``traces.run_mini_trace`` and ``real_vllm.run_trace``, which build everything
-   before timing); only ``schedule()`` + ``update_from_output()`` is timed.
-3. Mass abort: 5,000 running requests aborted one id per ``finish_requests`` call, in a seeded
-   random order; the aborts plus the next ``schedule()`` + ``update_from_output()`` are timed.
-4. Sampler, end to end: 100 requests x 128 sampled tokens (temperature 1, top-k 50, top-p 0.9)
-   through ``LLMEngine`` with its sampler and with ``baseline_sample`` (the sampler mini shipped
-   before it was batched: two softmaxes, a full argsort per row, ``Generator.choice``); the tokens
-   must be identical.
-
-Every case runs ``--repeats`` times, mini and the reference alternating so both see the same
-machine load; a ratio is taken per repetition and the median is printed with [min, max]. Times
-are this process's CPU time (``time.process_time``), so other programs on a shared machine
-do not land in them. Targets:
-block pool <= 1.0x, scheduler <= 0.5x, sampler end to end >= 2x. Timings depend on the machine and
-its load, which is why no test asserts on them and the README quotes none.
+Cases, each a ratio taken per repetition (mini and the reference alternating), median [min, max]:
+block pool and scheduler (10 to 5,000 running) and a mass abort against vLLM's own classes on
+one trace (targets <= 1.0x, <= 0.5x, <= 0.5x); the batched sampler against ``baseline_sample``
+through ``LLMEngine`` (>= 2x, identical tokens); and decode on the trained checkpoint
+(``checkpoints/course-llama``): 32 prompts x 64 greedy tokens through ``LLMEngine`` against
+Hugging Face ``generate`` one prompt at a time (issue target >= 3x: continuous batching must
+show). ``--work`` prints only what a clock does not change (forwards, agreement, the verdict);
+``--profile`` adds where mini's time goes. Times are this process's CPU seconds
+(``time.process_time``), so a shared machine's load lands on neither side; they depend on the
+machine, which is why no test asserts on them. README.md ("Benchmark") explains each case.
+Left out: the real vLLM CPU engine (tier 2) on the decode case.
 """
 
 from __future__ import annotations
@@ -31,6 +23,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -201,7 +194,9 @@ def baseline_sample(logits: np.ndarray, params: SamplingParams, generator: np.ra
 
 
 class BaselineSampler:
-    def sample_batch(self, logits, params, generators, output_token_ids=None, prompt_token_ids=None) -> list[int]:
+    def sample_batch(
+        self, logits, params, generators, output_token_ids=None, prompt_token_ids=None
+    ) -> list[int]:
         return [baseline_sample(row, sp, g) for row, sp, g in zip(logits, params, generators)]
 
 
@@ -218,12 +213,117 @@ def time_generate(baseline: bool, out: list) -> float:
     return elapsed
 
 
+# -- 5. decode on the trained checkpoint: continuous batching vs one request at a time --------
+CHECKPOINT = Path(__file__).parent / "checkpoints" / "course-llama"
+NUM_PROMPTS, NUM_TOKENS = 32, 64
+
+
+def decode_prompts(tokenizer, n: int = NUM_PROMPTS) -> list[list[int]]:
+    """The first ``n`` prose lines of the held-out text, each cut to its first 4 to 12 tokens."""
+    lines = [ln.strip() for ln in (CHECKPOINT / "heldout.txt").read_text(encoding="utf-8").splitlines()]
+    lines = [ln for ln in lines if len(ln) > 30 and ln[0].isalpha()]
+    return [tokenizer.encode(ln)[: 4 + i % 9] for i, ln in enumerate(lines[:n])]
+
+
+class DecodeCase:
+    """Both sides built once (weights loaded, tokenizer read); each run only generates."""
+
+    def __init__(self) -> None:
+        import torch
+        from transformers import LlamaForCausalLM
+
+        torch.set_num_threads(1)  # one thread each: the figures are CPU seconds of comparable work
+        self.torch = torch
+        self.engine = LLMEngine(model=str(CHECKPOINT), max_num_seqs=NUM_PROMPTS)
+        self.prompts = decode_prompts(self.engine.tokenizer)
+        self.hf = LlamaForCausalLM.from_pretrained(CHECKPOINT, dtype=torch.float32).eval()
+        self.params = SamplingParams(max_tokens=NUM_TOKENS, temperature=0, ignore_eos=True)
+        self.forwards = {"mini": 0, "hf": 0}
+        self.mini_tokens: list[list[int]] = []
+        self.hf_tokens: list[list[int]] = []
+
+    def run_mini(self) -> float:
+        steps = self.engine.num_steps
+        t0 = CLOCK()
+        self.mini_tokens = [o.token_ids for o in self.engine.generate(self.prompts, self.params)]
+        elapsed = CLOCK() - t0
+        self.forwards["mini"] = self.engine.num_steps - steps
+        return elapsed
+
+    def run_hf(self) -> float:
+        out, t0 = [], CLOCK()
+        with self.torch.no_grad():
+            for p in self.prompts:
+                ids = self.hf.generate(
+                    self.torch.tensor([p]), max_new_tokens=NUM_TOKENS, min_new_tokens=NUM_TOKENS,
+                    do_sample=False, pad_token_id=2,
+                )  # fmt: skip
+                out.append(ids[0, len(p) :].tolist())
+        elapsed = CLOCK() - t0
+        self.hf_tokens, self.forwards["hf"] = out, NUM_TOKENS * len(self.prompts)
+        return elapsed
+
+    def work(self) -> None:
+        same = sum(a == b for a, b in zip(self.mini_tokens, self.hf_tokens))
+        first = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), NUM_TOKENS)
+                 for a, b in zip(self.mini_tokens, self.hf_tokens)]  # fmt: skip
+        n = len(self.prompts)
+        print(f"decode on {CHECKPOINT.name}: {n} prompts of {min(map(len, self.prompts))}-"
+              f"{max(map(len, self.prompts))} tokens, {NUM_TOKENS} greedy tokens each")  # fmt: skip
+        print(f"  mini_vllm LLMEngine.generate : {self.forwards['mini']:5d} forwards "
+              f"({n * NUM_TOKENS / self.forwards['mini']:.1f} new tokens per forward)")  # fmt: skip
+        print(f"  Hugging Face generate, 1 by 1: {self.forwards['hf']:5d} forwards (1 new token per forward)")
+        where = "" if same == n else f"; the earliest difference at new token {min(first)}"
+        print(f"  identical {NUM_TOKENS}-token continuations, mini vs Hugging Face: {same} of {n}{where}")
+
+
+def profile_mini(case: DecodeCase, top: int = 8) -> None:
+    """Where mini's decode time goes: the functions with the most CPU time of their own."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile(CLOCK)
+    prof.runcall(case.run_mini)
+    stats = pstats.Stats(prof)
+    total = sum(v[2] for v in stats.stats.values())
+    rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    print(f"  where mini's time goes (own CPU time, top {top}):")
+    for (file, line, func), v in rows:
+        print(f"    {100 * v[2] / total:5.1f}%  {Path(file).name}:{line} {func}")
+
+
+def decode_case(repeats: int, work_only: bool, profile: bool) -> None:
+    case = DecodeCase()
+    if work_only:  # one timed run each; only the verdict against the target is printed
+        a, b = case.run_mini(), case.run_hf()
+        case.work()
+        print(f"  mini's tokens per CPU second at least 3x Hugging Face's: {'yes' if b >= 3 * a else 'NO'}")
+        return
+    a, b = interleaved_ratios(case.run_mini, case.run_hf, repeats)
+    case.work()
+    tokens = NUM_PROMPTS * NUM_TOKENS
+    speedups = [y / x for x, y in zip(a, b)]
+    print(
+        f"{'decode, 32 x 64 greedy tokens':<30} mini {tokens / statistics.median(a):8.0f} tok/s   "
+        f"HF generate {tokens / statistics.median(b):8.0f} tok/s   "
+        f"speedup {statistics.median(speedups):5.2f}x [{min(speedups):.2f}, {max(speedups):.2f}]  (target >= 3x)"
+    )
+    if profile:
+        profile_mini(case)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mini_vllm.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions per case (>= 5)")
     parser.add_argument("--quick", action="store_true", help="skip the 5,000-request cases")
+    parser.add_argument("--only", choices=["generate"], help="run one case")
+    parser.add_argument("--work", action="store_true", help="the decode case's clock-free figures only")
+    parser.add_argument("--profile", action="store_true", help="where mini's decode time goes")
     args = parser.parse_args(argv)
     repeats = max(args.repeats, 1)
+    if args.only == "generate" or args.work:
+        decode_case(repeats, args.work, args.profile)
+        return
 
     print("loading vLLM 0.22.1 (CPU)...", flush=True)
     from .testing import real_vllm as real
@@ -267,6 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         f"speedup {statistics.median(speedups):5.2f}x [{min(speedups):.2f}, {max(speedups):.2f}]  "
         "(target >= 2x; same tokens)"
     )
+    decode_case(repeats, False, args.profile)
 
 
 if __name__ == "__main__":

@@ -258,6 +258,13 @@ class VllmConfig:
             sched = replace(sched, max_model_len=default)  # re-runs its checks
             object.__setattr__(self, "scheduler_config", sched)
         assert sched.max_model_len is not None
+        mc = self.model_config
+        if mc is not None and not mc.is_chunked_prefill_supported:  # upstream warns; mini refuses
+            on = [n for n, v in (("enable_chunked_prefill", sched.enable_chunked_prefill),
+                                 ("enable_prefix_caching", cache.enable_prefix_caching)) if v]
+            if on:
+                raise ValueError(f"{' and '.join(on)}: {mc.pooler_config.seq_pooling_type} pooling reads every "
+                                 "prompt row in one step; leave them unset (off for this model) or set False")
         if model_len is not None and sched.max_model_len > model_len:
             raise ValueError(f"max_model_len {sched.max_model_len} is greater than the model's {model_len}")
         if sched.max_model_len > capacity:
@@ -299,10 +306,17 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
     speculative = engine_args.pop("speculative_config", None)
     kv_transfer = engine_args.pop("kv_transfer_config", None)
     model = engine_args.pop("model", None)
+    model_args = {k: engine_args.pop(k) for k in ("runner", "pooler_config") if k in engine_args}
+    if isinstance(model_args.get("pooler_config"), dict):
+        model_args["pooler_config"] = PoolerConfig(**model_args["pooler_config"])
+    if model_args and model is None:
+        raise ValueError(f"{sorted(model_args)} need a model checkpoint (model=...)")
     fields = _CACHE_FIELDS | _SCHEDULER_FIELDS | _PARALLEL_FIELDS | _LORA_FIELDS
     unknown = sorted(set(engine_args) - fields)
     if unknown:
-        known = ", ".join(sorted(fields | {"enable_lora", "speculative_config", "kv_transfer_config", "model"}))
+        known = ", ".join(
+            sorted(fields | {"enable_lora", "speculative_config", "kv_transfer_config", "model", "runner", "pooler_config"})
+        )
         raise TypeError(f"unknown engine argument(s) {unknown}; known: {known}")
     lora_args = {k: v for k, v in engine_args.items() if k in _LORA_FIELDS}
     if lora_args and not enable_lora:
@@ -311,7 +325,13 @@ def create_engine_config(**engine_args: Any) -> VllmConfig:
     sched_args = {k: v for k, v in engine_args.items() if k in _SCHEDULER_FIELDS}
     # The model caps max_model_len at its max_position_embeddings (a larger one is refused); unset,
     # VllmConfig makes it the smaller of that and what the pool holds.
-    model_config = None if model is None else ModelConfig(model=model, max_model_len=sched_args.get("max_model_len"))
+    model_config = (
+        None if model is None else ModelConfig(model=model, max_model_len=sched_args.get("max_model_len"), **model_args)
+    )
+    if model_config is not None:  # EngineArgs._set_default_chunked_prefill_and_prefix_caching_args
+        sched_args.setdefault("enable_chunked_prefill", model_config.is_chunked_prefill_supported)
+        if "enable_prefix_caching" not in engine_args and not model_config.is_prefix_caching_supported:
+            cache = replace(cache, enable_prefix_caching=False)
     return VllmConfig(
         cache,
         SchedulerConfig(**sched_args),
@@ -364,11 +384,14 @@ class ModelConfig:
     dtype: str = "float32"
     hf_config: dict[str, Any] | None = None
     pooler_config: PoolerConfig | None = None  # a pooling model's pooling (None: its default)
+    runner: str = "auto"  # "generate", "pooling", or "auto": what the registry says the class does
 
     def __post_init__(self) -> None:
         import json
         from pathlib import Path
 
+        if self.runner not in ("auto", "generate", "pooling"):
+            raise ValueError(f"runner must be 'auto', 'generate' or 'pooling', got {self.runner!r}")
         if self.pooler_config is not None and not isinstance(self.pooler_config, PoolerConfig):
             raise TypeError(
                 f"pooler_config must be a PoolerConfig or None, got {type(self.pooler_config).__name__}"
@@ -424,6 +447,16 @@ class ModelConfig:
     @property
     def architectures(self) -> list[str]:
         return list(self.hf_config["architectures"])
+
+    @property
+    def runner_type(self) -> str:
+        """``runner``, or for ``"auto"`` what the architecture's class is: ``"pooling"`` or
+        ``"generate"`` (vllm/config/model.py:902 — ModelConfig._get_default_runner_type)."""
+        if self.runner != "auto":
+            return self.runner
+        from .models.registry import ModelRegistry
+
+        return "pooling" if ModelRegistry.is_pooling_model(self.architectures) else "generate"
 
     @property
     def is_chunked_prefill_supported(self) -> bool:

@@ -1,38 +1,22 @@
 """CUDA graphs, simulated: count kernel launches instead of timing them.
 
-A CUDA graph records a fixed sequence of kernel launches once and replays the whole sequence
-with a single call. This module models that bargain in numpy so you can watch it on a laptop:
-an "op" is any callable on an array, every op that a GPU would launch bumps a process-wide
-:class:`LaunchCounter`, and the counter is the only clock there is.
+An "op" is a callable on an array; every op a GPU would launch bumps the process-wide
+``LaunchCounter``, the only clock here. ``run_eager`` launches once per op per call;
+``GraphRunner`` captures on a new shape and replays a seen one in one launch (padding up to the
+next ``capture_sizes`` rung, eager above the top one); ``PiecewiseGraphRunner`` captures the runs
+of capturable ops between splitting ops (attention) and runs those eagerly.
 
-* :func:`run_eager` — one launch per op, every call (``enforce_eager=True``).
-* :class:`GraphRunner` — capture on a new input shape (one launch per op while recording, then
-  a cached :class:`GraphEntry`), replay on a seen shape (copy the input into the entry's static
-  buffer, then exactly one launch). With ``capture_sizes`` it pads the batch up to the next
-  rung first, and runs eagerly above the top rung.
-* :class:`PiecewiseGraphRunner` — cut the op list where ops cannot be captured (attention,
-  upstream), capture every run of capturable ops as its own graph, run the rest eagerly.
-* :func:`default_capture_sizes` / :func:`select_capture_size` — the capture ladder and the
-  "pad up to the next rung" rule.
+Mirrors ``vllm/compilation/cuda_graph.py:145 — CUDAGraphWrapper`` (capture on a new key, replay
+a known one; ``GraphEntry`` is ``CUDAGraphEntry``), ``vllm/compilation/backends.py:548 —
+split_graph`` (the piecewise cut), ``vllm/config/vllm.py:1597 — VllmConfig._set_cudagraph_sizes``
+(the ladder 1, 2, 4, every 8 below 256, every 16 above) and
+``vllm/v1/cudagraph_dispatcher.py:76 — CudagraphDispatcher._compute_bs_to_padded_graph_size``
+(pad up to the next captured size). Phase 05's guide tells the story.
 
-Mirrors (paths relative to ``upstream/``, vLLM v0.22.1 @ 0decac0):
-
-* ``vllm/compilation/cuda_graph.py:145 — CUDAGraphWrapper``: ``__call__`` (line 233) captures
-  when a key is new and replays when it is known; ``GraphRunner`` is that logic keyed on
-  ``x.shape``. ``GraphRunner.graphs`` is ``concrete_cudagraph_entries`` (line 207) and
-  ``GraphEntry`` is ``CUDAGraphEntry`` (line 128).
-* ``vllm/compilation/backends.py:548 — split_graph``: the cut at the splitting ops that makes
-  the pieces of a piecewise graph; ``PiecewiseGraphRunner`` groups ops the same way.
-* ``vllm/config/vllm.py:1597 — VllmConfig._set_cudagraph_sizes``: the default ladder
-  (1, 2, 4, then every 8 below 256, then every 16 up to the maximum).
-* ``vllm/v1/cudagraph_dispatcher.py:76 — CudagraphDispatcher._compute_bs_to_padded_graph_size``
-  and ``dispatch`` (line 239): pad up to the next captured size; above the largest, no graph.
-
-Leaves out: GPUs, streams, the shared memory pool, weak-ref outputs, warmup runs, the debug
-check of input addresses, the forward context and the FULL/PIECEWISE runtime-mode routing
-(phase 05 lab-04 builds that), every ``BatchDescriptor`` field except the shape, torch.compile,
-LoRA and data parallelism. Replays really recompute the ops (numpy has no recording), so only
-the launch count models the saving.
+Left out: GPUs, streams, the memory pool, weak-ref outputs, warmup, input-address checks, the
+forward context and FULL/PIECEWISE routing (Phase 05 lab 04 builds it), ``BatchDescriptor``
+fields but the shape, torch.compile, LoRA, data parallelism. Replays recompute the ops (numpy
+cannot record), so only the launch count models the saving.
 """
 
 from __future__ import annotations

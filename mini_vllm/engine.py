@@ -13,7 +13,9 @@ Mirrors ``vllm/v1/engine/llm_engine.py`` (``LLMEngine``: ``add_request``, ``step
 then, with speculative decoding, the n-gram drafter proposes the next drafts. The model runner
 (``model_runner.py``) owns the inputs, the forward, sampling and rejection sampling; the engine
 owns the tokenizer, one seed per request, grammars, ``n > 1`` fan-out (``parallel_sampling.py``)
-and the outputs. README.md ("How a step runs") tells the whole story.
+and the outputs. README.md ("How a step runs") tells the whole story. A pooling model's engine
+(``runner_type == "pooling"``) serves ``encode`` / ``embed`` (upstream's ``LLM.encode`` / ``embed``,
+vllm/entrypoints/pooling/offline.py:51) instead of ``generate``.
 
 Left out: the ZMQ front end and the detokenizer process, async scheduling, streaming outputs,
 logprobs in outputs (``beam_search.py`` reads the toy model's rows instead).
@@ -32,8 +34,18 @@ from .config import VllmConfig, create_engine_config
 from .executor import Executor, make_executor
 from .grammar import GrammarCompiler, StructuredOutputManager, byte_vocab
 from .lora import LoRARequest
-from .outputs import CompletionOutput, ModelRunnerOutput, RequestOutput
+from .models.interfaces import get_supported_tasks
+from .models.registry import ModelRegistry
+from .outputs import (
+    CompletionOutput,
+    EmbeddingRequestOutput,
+    ModelRunnerOutput,
+    PoolingOutput,
+    PoolingRequestOutput,
+    RequestOutput,
+)
 from .parallel_sampling import ParentRequest
+from .pooling_params import PoolingParams
 from .request import Request, RequestStatus, check_cache_salt
 from .sampler import Sampler
 from .sampling_params import BeamSearchParams, SamplingParams
@@ -77,6 +89,13 @@ class LLMEngine:
                 raise ValueError(f"enable_lora=True: {arch} has no LoRA layers in mini_vllm (only the toy model "
                                  "takes lora_request)")
             self.tokenizer = HFTokenizer(model_config.model, model_config.vocab_size, model_config.eos_token_id)
+        # What the model can serve, from its class alone, before anything is built.
+        archs = model_config.architectures if model_config is not None else ["ToyForCausalLM"]
+        self.runner_type = model_config.runner_type if model_config is not None else "generate"
+        ModelRegistry.verify_supported(archs, runner=self.runner_type)
+        self.supported_tasks = get_supported_tasks(ModelRegistry.resolve_model_cls(archs)[0])
+        if self.runner_type == "pooling" and vllm_config.speculative_config is not None:
+            raise ValueError("speculative decoding needs a generative model; this engine pools")
         # fixed "weights" (the toy's seed 0, or the checkpoint's): ``seed`` is for sampling
         self.model_executor: Executor = make_executor(
             self.tokenizer.vocab_size, parallel.tensor_parallel_size, backend=parallel.distributed_executor_backend,
@@ -180,6 +199,11 @@ class LLMEngine:
             self.structured_output_manager.compile(sampling_params.structured_outputs)
         return sampling_params
 
+    def _check_generative(self, api: str) -> None:
+        if self.runner_type != "generate":
+            raise ValueError(f"LLMEngine.{api}() is only supported for generative models; "
+                             f"{self._arch} is a pooling model (use encode or embed)")
+
     def _id_taken(self, request_id: str, n: int) -> bool:
         """True when ``request_id`` or (for ``n > 1``) one of its child ids is in use."""
         if request_id in self._prompts or request_id in self._parent_requests:
@@ -207,6 +231,7 @@ class LLMEngine:
         ``cache_salt`` (upstream: the prompt's ``cache_salt``) keys the first block's hash.
         """
         self._check_alive()
+        self._check_generative("add_request")
         token_ids = self._tokenize(prompt)
         params = self._check_params(sampling_params)
         if lora_request is not None and not isinstance(lora_request, LoRARequest):
@@ -302,13 +327,15 @@ class LLMEngine:
         model_output = self.model_executor.sample_tokens(grammar_output)
         sampled = self._sampled_token_ids(scheduler_output, model_output)
         self._accept_grammar_tokens(sampled)
+        pooled = {rid: out for rid, out in zip(model_output.req_ids, model_output.pooler_output or ())
+                  if out is not None}
         finished = self.scheduler.update_from_output(
-            scheduler_output, sampled, kv_connector_output=model_output.kv_connector_output
+            scheduler_output, sampled, pooled, kv_connector_output=model_output.kv_connector_output
         )
         if self.drafter is not None:
             self._propose([r for r in scheduler_output.scheduled_requests
                            if r.request_id in sampled and not r.is_finished])
-        return [self._make_output(r) for r in finished]
+        return [self._make_output(r, pooled.get(r.request_id)) for r in finished]
 
     @staticmethod
     def _sampled_token_ids(scheduler_output: SchedulerOutput, model_output: ModelRunnerOutput) -> dict[str, Any]:
@@ -367,10 +394,13 @@ class LLMEngine:
                 drafts[i] = legal[: legal.index(eos)] if eos in legal else legal
         self.scheduler.update_draft_token_ids({r.request_id: d for r, d in zip(requests, drafts)})
 
-    def _make_output(self, request: Request) -> RequestOutput:
+    def _make_output(self, request: Request, pooled: Any = None) -> RequestOutput | PoolingRequestOutput:
         """The output for a finished request; a child's is its parent's (finished once all are)."""
         rid = request.request_id
         prompt = self._prompts.pop(rid, None)
+        if request.pooling_params is not None:  # its pooled rows (None when it was aborted)
+            return PoolingRequestOutput(rid, PoolingOutput(pooled), list(request.prompt_token_ids),
+                                        request.is_finished)
         self.structured_output_manager.free(rid)
         token_ids = list(request.output_token_ids)
         parent = self._parent_of.pop(rid, None)
@@ -406,12 +436,8 @@ class LLMEngine:
         ``sampling_params`` is one ``SamplingParams`` for all, or one per prompt. Everything is
         validated before the first request is queued, so a bad prompt changes nothing.
         """
-        if isinstance(prompts, str):
-            prompts = [prompts]
-        if not isinstance(prompts, (list, tuple)):
-            raise TypeError(f"prompts must be a str or a list of prompts, got {type(prompts).__name__}")
-        if prompts and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in prompts):
-            raise TypeError("prompts looks like one list of token ids; wrap it in a list: [[...]]")
+        self._check_generative("generate")
+        prompts = self._prompt_list(prompts)
         if isinstance(sampling_params, (list, tuple)):
             if len(sampling_params) != len(prompts):
                 raise ValueError(f"got {len(sampling_params)} sampling_params for {len(prompts)} prompts")
@@ -429,6 +455,86 @@ class LLMEngine:
                 if output.request_id in wanted and output.finished:  # a parent reports once per child
                     results[output.request_id] = output
         return [results[rid] for rid in ids]
+
+    @staticmethod
+    def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)):
+            raise TypeError(f"prompts must be a str or a list of prompts, got {type(prompts).__name__}")
+        if prompts and all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in prompts):
+            raise TypeError("prompts looks like one list of token ids; wrap it in a list: [[...]]")
+        return list(prompts)
+
+    def encode(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        pooling_params: PoolingParams | Sequence[PoolingParams] | None = None,
+        *,
+        pooling_task: str | None = None,
+    ) -> list[PoolingRequestOutput]:
+        """Pool each prompt's hidden states (``pooling_task`` ``"embed"`` or ``"token_embed"``).
+
+        The checks of vllm/entrypoints/pooling/offline.py:138 — PoolingOfflineMixin._verify_pooling_task,
+        then every prompt and every ``PoolingParams`` (resolved to ``pooling_task``), all before
+        the first request is queued: a refused call leaves the engine as it was. Outputs come
+        back in input order; ``outputs.data`` is ``[H]`` (embed) or ``[prompt_len, H]``.
+        """
+        self._check_alive()
+        if self.runner_type != "pooling":
+            raise ValueError("LLMEngine.encode() is only supported for pooling models; "
+                             f"{self._arch} generates text (a LlamaModel checkpoint pools)")
+        if pooling_task is None:
+            raise ValueError(f"pooling_task required for LLMEngine.encode: one of {list(self.supported_tasks)} "
+                             "(or use LLMEngine.embed)")
+        if pooling_task not in self.supported_tasks:
+            raise ValueError(f"unsupported pooling task {pooling_task!r}; {self._arch} supports {list(self.supported_tasks)}")
+        prompts = self._prompt_list(prompts)
+        if pooling_params is None or isinstance(pooling_params, PoolingParams):
+            pooling_params = [pooling_params or PoolingParams()] * len(prompts)
+        if len(pooling_params) != len(prompts):
+            raise ValueError(f"got {len(pooling_params)} pooling_params for {len(prompts)} prompts")
+        for p in pooling_params:
+            if not isinstance(p, PoolingParams):
+                raise TypeError(f"pooling_params must be PoolingParams, got {type(p).__name__}")
+        params = [p.verify(pooling_task) for p in pooling_params]  # copies: the caller's stay as given
+        token_ids = [self._tokenize(p) for p in prompts]  # raises before anything is queued
+        ids = []
+        for prompt, tokens, p in zip(prompts, token_ids, params):
+            index, request_id = self._next_index, f"req-{self._next_index}"
+            self._next_index += 1
+            while self._id_taken(request_id, 1):
+                request_id = f"req-{self._next_index}"
+                self._next_index += 1
+            request = Request(request_id, tokens, eos_token_id=self.tokenizer.eos_token_id,
+                              block_hasher=self.scheduler.kv_cache_manager.block_hasher,
+                              arrival_time=float(index), pooling_params=p)
+            request.generator_seed = self.seed + index  # unused: a pooling request samples nothing
+            self.scheduler.add_request(request)
+            self._prompts[request_id] = prompt if isinstance(prompt, str) else None
+            ids.append(request_id)
+        results: dict[str, PoolingRequestOutput] = {}
+        wanted = set(ids)
+        while self.has_unfinished_requests() and len(results) < len(ids):
+            for output in self.step():
+                if output.request_id in wanted:
+                    results[output.request_id] = output
+        return [results[rid] for rid in ids]
+
+    def embed(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        *,
+        pooling_params: PoolingParams | Sequence[PoolingParams] | None = None,
+    ) -> list[EmbeddingRequestOutput]:
+        """One embedding per prompt: ``encode(..., pooling_task="embed")``, as lists of floats."""
+        items = self.encode(prompts, pooling_params, pooling_task="embed")
+        return [EmbeddingRequestOutput.from_base(item) for item in items]
+
+    @property
+    def _arch(self) -> str:
+        mc = self.vllm_config.model_config
+        return mc.architectures[0] if mc is not None else "ToyForCausalLM"
 
     def beam_search(self, prompts: Prompt | Sequence[Prompt], params: BeamSearchParams) -> list[BeamSearchOutput]:
         """Beam search over this engine, one token per beam per step (see ``beam_search.py``)."""

@@ -104,7 +104,7 @@ class KVCacheManager:
         """
         if not isinstance(request, Request):
             raise TypeError(f"expected a Request, got {type(request).__name__}")
-        if not self.enable_caching:
+        if not self.enable_caching or request.skip_reading_prefix_cache:
             return [], 0
         self._ensure_hashes(request)
         max_num_blocks = (request.num_tokens - 1) // self.block_size

@@ -1,33 +1,21 @@
-"""Multi-LoRA: per-request low-rank adapters, a slot manager with LRU eviction, and the
-``max_loras`` admission rule.
+"""Multi-LoRA: per-request low-rank adapters, slots with LRU eviction, the ``max_loras`` rule.
 
-Mirrors three parts of ``vllm/lora/`` and one line of the scheduler:
+Mirrors ``vllm/lora/request.py`` (``LoRARequest``: ``lora_int_id >= 1``; no adapter is ``None``),
+``vllm/lora/model_manager.py`` (``LRUCacheLoRAModelManager`` as ``LoRASlotManager``: ``max_loras``
+slots in ``lora_index_to_id``, ``activate_adapter`` evicting the least recently used), the
+per-token slot indices of ``convert_mapping`` (``vllm/lora/punica_wrapper/utils.py``; -1 for base
+tokens), ``PunicaWrapperCPU.add_lora_linear`` as ``apply_batched`` (shrink ``x @ A^T``, expand
+``@ B^T`` per slot; rows at -1 are skipped, as the Triton kernels do) and the ``max_loras`` check
+of ``Scheduler.schedule``'s waiting loop as ``claim_adapter`` / ``admit_waiting`` (running
+requests' adapters count first; a waiting request with a new adapter past the limit waits).
 
-* ``LoRARequest`` ↔ ``vllm/lora/request.py`` (``lora_int_id`` identifies the adapter and must
-  be ≥ 1; a request with no adapter carries ``None``, and the per-token mapping writes 0 for it).
-* ``LoRASlotManager`` ↔ ``LRUCacheLoRAModelManager`` in ``vllm/lora/model_manager.py``: a fixed
-  list ``lora_index_to_id`` of ``max_loras`` slots, ``activate_adapter`` that evicts the least
-  recently used adapter when every slot is taken and loads into the first free slot, and the
-  per-token slot indices (−1 for base tokens) that ``convert_mapping`` in
-  ``vllm/lora/punica_wrapper/utils.py`` builds for the kernels.
-* ``apply_batched`` ↔ ``PunicaWrapperCPU.add_lora_linear`` (``punica_cpu.py``): shrink
-  ``x @ Aᵀ`` then expand ``@ Bᵀ`` per slot, rows grouped by slot index. Unlike the CPU torch ops
-  at the pin, rows with index −1 are skipped, as the Triton kernels do.
-* ``claim_adapter`` / ``admit_waiting`` ↔ the ``max_loras`` check in ``Scheduler.schedule``'s
-  waiting loop (``vllm/v1/core/sched/scheduler.py``): the running requests' adapters are counted
-  first; a waiting request whose adapter is new when ``max_loras`` distinct adapters are already
-  claimed is skipped for this step, and the loop goes on to later requests. ``mini_vllm.scheduler``
-  calls ``claim_adapter`` per waiting request; ``admit_waiting`` is the same rule over a whole
-  queue, as a pure function.
+The toy model has no hidden states, so an adapter patches its output projection: the input row
+is the one-hot of the last token and ``scaling * (x A^T) B^T`` lands on the logits
+(``lora_logits``). Phase 11's guide tells the story.
 
-Left out: loading adapters from disk (PEFT checkpoints), the host-side cache tier
-(``max_cpu_loras``), pinning, several target layers and packed slices (q/k/v), TP sharding,
-LoRA on embeddings and MoE, rank padding to ``max_lora_rank``, and the token budget and KV checks
-that the real waiting loop applies after the LoRA check (the scheduler owns those).
-
-The toy model has no hidden states, so adapters patch its output projection: the input row is
-the one-hot of the last token, and the delta ``scaling · (x Aᵀ) Bᵀ`` lands on the logits
-(``lora_logits``).
+Left out: loading PEFT checkpoints, the CPU cache tier (``max_cpu_loras``), pinning, several
+target layers and packed q/k/v slices, TP sharding, LoRA on embeddings and MoE, rank padding,
+and the token-budget and KV checks that follow the LoRA check (the scheduler owns those).
 """
 
 from __future__ import annotations

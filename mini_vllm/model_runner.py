@@ -16,11 +16,13 @@ The model answers ``forward(input_ids, positions, kv_caches, attn_metadata) -> h
 one KV tensor per attention layer, as many blocks as the pool (none for the toy). With a
 ``kv_transfer_config`` the runner also holds the worker side of the KV connector
 (``vllm/v1/worker/kv_connector_model_runner_mixin.py``): it loads external KV into the cache
-before the forward, saves each layer after it, and returns a ``KVConnectorOutput``.
+before the forward, saves each layer after it, and returns a ``KVConnectorOutput``. A pooling
+model's step pools instead of sampling (``_pool``: vllm/v1/worker/gpu_model_runner.py:3280); its
+output waits for ``sample_tokens`` (upstream returns it from ``execute_model`` at once).
 
 Left out: device tensors and pinned host copies, CUDA graphs and batch padding, async scheduling
 (mini's scheduler advances ``num_computed_tokens`` after the step, so the runner reads it before),
-pipeline parallelism, pooling, logprobs in the output, M-RoPE, prompt embeddings, the n-gram
+pipeline parallelism, logprobs in the output, M-RoPE, prompt embeddings, the n-gram
 drafter (the engine proposes), per-request sampling tensors (the sampler takes the params as a list).
 """
 
@@ -36,6 +38,8 @@ import numpy as np
 from .attention import AttentionMetadata, allocate_kv_caches
 from .grammar import apply_bitmask
 from .kv_connector import KVConnectorBase_V1, KVConnectorFactory, KVConnectorRole, kv_layer_names
+from .models.interfaces import is_pooling_model
+from .models.pooler import PoolingMetadata, PoolingStates
 from .outputs import EMPTY_MODEL_RUNNER_OUTPUT, KVConnectorOutput, ModelRunnerOutput
 from .sampler import Sampler, apply_min_p, apply_top_k_top_p
 from .sampling_params import SamplingParams
@@ -79,6 +83,8 @@ class CachedRequestState:
     num_computed_tokens: int
     output_token_ids: list[int] = field(default_factory=list)
     lora_request: Any = None
+    pooling_params: Any = None  # a pooling request's resolved PoolingParams (None: it samples)
+    pooling_states: PoolingStates | None = None  # its rows so far, for a chunked token_embed
 
     @property
     def num_tokens(self) -> int:
@@ -228,7 +234,8 @@ class GPUModelRunner:
         self.requests: dict[str, CachedRequestState] = {}
         self.sampler = Sampler(eos_token_id=eos_token_id)  # min_tokens bans EOS too
         self.kv_caches: list[np.ndarray] = []
-        self.execute_model_state: ExecuteModelState | None = None
+        self.execute_model_state: ExecuteModelState | ModelRunnerOutput | None = None
+        self.is_pooling_model = is_pooling_model(model)
         self.last_inputs: SimpleNamespace | None = None  # the latest flattened inputs (for tests and labs)
         self.kv_connector: KVConnectorBase_V1 | None = None  # the worker side (Phase 15)
         self._kv_connector_output: KVConnectorOutput | None = None  # this step's, for sample_tokens
@@ -308,6 +315,8 @@ class GPUModelRunner:
                 num_computed_tokens=request.num_computed_tokens,
                 output_token_ids=list(request.output_token_ids),
                 lora_request=request.lora_request,
+                pooling_params=request.pooling_params,
+                pooling_states=PoolingStates() if request.pooling_params is not None else None,
             )
             self.requests[request.request_id] = state
             to_add.append(state)
@@ -316,6 +325,8 @@ class GPUModelRunner:
             state.block_ids = list(new_block_ids[request.request_id])
             state.num_computed_tokens = request.num_computed_tokens
             state.output_token_ids = list(request.output_token_ids)
+            if state.pooling_states is not None:  # preempted: its prompt is recomputed from the start
+                state.pooling_states.clean()
             to_add.append(state)
         for request in scheduler_output.scheduled_running_reqs:
             state = self.requests[request.request_id]
@@ -406,6 +417,9 @@ class GPUModelRunner:
         before = getattr(self.model, "num_collectives", 0)
         hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.attn_metadata)
         self._finish_kv_transfer(scheduler_output, forward_ran=True)
+        if self.is_pooling_model:
+            self.execute_model_state = self._pool(hidden, inputs)
+            return None
         logits = self.model.compute_logits(hidden[inputs.logits_indices])
         first_row = (np.cumsum(inputs.num_draft + 1) - inputs.num_draft - 1).tolist()
         self.execute_model_state = ExecuteModelState(
@@ -428,6 +442,8 @@ class GPUModelRunner:
                 EMPTY_MODEL_RUNNER_OUTPUT, kv_connector_output=kv_output
             )
         self.execute_model_state = None
+        if isinstance(state, ModelRunnerOutput):  # a pooling step: nothing to sample
+            return state if kv_output is None else replace(state, kv_connector_output=kv_output)
         logits = state.logits
         index = {rid: i for i, rid in enumerate(state.req_ids)}
         if grammar_output is not None and grammar_output.structured_output_request_ids:
@@ -449,6 +465,32 @@ class GPUModelRunner:
         )
 
     # -- the pieces ------------------------------------------------------------------------
+    def _pool(self, hidden: np.ndarray, inputs: SimpleNamespace) -> ModelRunnerOutput:
+        """The model's pooler over this step's rows; a request's output once its prompt is done.
+
+        The cursor says where each request's rows lie and, from ``seq_lens``, whose prompt this
+        step completes (``finished``); the others get ``None`` and wait for their next chunk.
+        """
+        states = [self.requests[rid] for rid in inputs.req_ids]
+        if any(s.pooling_params is None for s in states):
+            raise RuntimeError("a pooling model's batch holds pooling requests only")
+        md = inputs.attn_metadata
+        num_scheduled = np.diff(md.query_start_loc).astype(np.int64)
+        metadata = PoolingMetadata(
+            np.array([len(s.prompt_token_ids) for s in states], dtype=np.int64),
+            [s.pooling_params for s in states],
+            pooling_states=[s.pooling_states for s in states],
+        )
+        metadata.build_pooling_cursor(num_scheduled, md.seq_lens)
+        raw = self.model.pooler(hidden, metadata)
+        finished = metadata.get_pooling_cursor().is_finished()
+        return ModelRunnerOutput(
+            req_ids=list(inputs.req_ids),
+            req_id_to_index={rid: i for i, rid in enumerate(inputs.req_ids)},
+            sampled_token_ids=[[] for _ in inputs.req_ids],
+            pooler_output=[out if done else None for out, done in zip(raw, finished)],
+        )
+
     def apply_grammar_bitmask(
         self, logits: np.ndarray, grammar_output: Any, index: dict[str, int], state: ExecuteModelState
     ) -> None:

@@ -1,27 +1,17 @@
-"""Images in a text engine: placeholders, a toy encoder, the encoder cache and the doorstep rule.
+"""Images in a text engine: placeholders, a toy encoder, the encoder cache, the doorstep rule.
 
 Mirrors ``vllm/multimodal/`` (``PlaceholderRange`` in ``inputs.py``, ``MultiModalHasher`` in
-``hasher.py``, the splice ``_merge_multimodal_embeddings`` in ``model_executor/models/utils.py``)
-and ``vllm/v1/core/encoder_cache_manager.py`` (``EncoderCacheManager``: the ``cached`` /
-``freeable`` / ``freed`` accounting, eviction at allocation time), plus the encoder rules of
-``Scheduler._try_schedule_encoder_inputs`` as one pure function the scheduler can call
-(``try_schedule_encoder_inputs``) and the consumed-input release of
-``Scheduler._free_encoder_inputs`` (``free_consumed_encoder_inputs``).
-
-A caller (the scheduler) does, per request and step::
-
-    n = min(tokens left, token budget)
-    plan = try_schedule_encoder_inputs(req_id, computed, n, features, budget, cache)
-    n, budget = plan.num_new_tokens, plan.encoder_compute_budget
-    if n == 0: skip the request        # running: try the next one; waiting: stop admitting
-    ... allocate KV for n tokens ...
-    for i in plan.encoder_inputs: cache.allocate(req_id, features[i].identifier, embeds)
-    # after the step: free_consumed_encoder_inputs(req_id, features, new computed, cache)
+``hasher.py``, the splice ``_merge_multimodal_embeddings`` of ``model_executor/models/utils.py``),
+``vllm/v1/core/encoder_cache_manager.py`` (``EncoderCacheManager``: cached / freeable / freed,
+eviction at allocation) and the scheduler's encoder rules as pure functions:
+``try_schedule_encoder_inputs`` (``Scheduler._try_schedule_encoder_inputs``: trim a request's
+tokens to stop before an image that cannot be encoded this step; 0 tokens means skip it) and
+``free_consumed_encoder_inputs`` (``Scheduler._free_encoder_inputs``: release an image once its
+placeholders are all in the KV cache). Phase 13's guide walks one step through them.
 
 Left out: real pixels and processors (an image is ``bytes``; its token count is a formula), the
-projector and any dimension matching, encoder-decoder models (Whisper), EAGLE's shifted window,
-remote encoder caches (``ECConnector``), the processor cache, and the prefix-cache hook that mixes
-``mm_hash`` into block hashes (the engine's block hasher would take it as an extra key).
+projector, encoder-decoder models, EAGLE's shifted window, remote encoder caches
+(``ECConnector``), the processor cache, and mixing ``mm_hash`` into block hashes.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ runner's ``sample_tokens`` returns: the tokens of each request of the batch (an 
 mid-prefill chunk), plus, in mini only, the collectives the TP group issued for the step, and
 ``KVConnectorOutput`` (same file): what the worker's KV connector finished this step.
 
+``PoolingRequestOutput`` / ``EmbeddingRequestOutput`` are what ``LLMEngine.encode`` / ``embed``
+return (vllm/outputs.py:204, :267; without ``num_cached_tokens``); the runner's output carries
+``pooler_output`` for them.
 Left out: per-token logprobs and the cumulative logprob in ``CompletionOutput``, prompt logprobs,
 metrics, LoRA, streaming deltas (mini returns a request's output when it finishes; a parent with
 ``n > 1`` also reports, unfinished, each time one of its children finishes).
@@ -18,6 +21,7 @@ metrics, LoRA, streaming deltas (mini returns a request's output when it finishe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,46 @@ class ModelRunnerOutput:
     sampled_token_ids: list[list[int]]  # per request: accepted drafts + one more; [] for a mid-prefill chunk
     num_collectives: int = 0  # collectives the TP group issued for this step (0 at TP=1)
     kv_connector_output: KVConnectorOutput | None = None  # None: no KV connector configured
+    pooler_output: list | None = None  # pooling runner: per request, its pooled array or None (unfinished)
+
+
+@dataclass(frozen=True)
+class PoolingOutput:
+    data: Any  # np.ndarray: [H] for embed, [prompt_len, H] for token_embed
+
+
+@dataclass(frozen=True)
+class PoolingRequestOutput:
+    request_id: str
+    outputs: PoolingOutput
+    prompt_token_ids: list[int]
+    finished: bool
+
+
+@dataclass(frozen=True)
+class EmbeddingOutput:
+    embedding: list[float]
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass(frozen=True)
+class EmbeddingRequestOutput:
+    request_id: str
+    outputs: EmbeddingOutput
+    prompt_token_ids: list[int]
+    finished: bool
+
+    @staticmethod
+    def from_base(output: PoolingRequestOutput) -> EmbeddingRequestOutput:
+        data = output.outputs.data
+        if data.ndim != 1:
+            raise ValueError("an embedding is one vector per prompt (pooling_task='embed')")
+        return EmbeddingRequestOutput(
+            output.request_id, EmbeddingOutput(data.tolist()), output.prompt_token_ids, output.finished
+        )
 
 
 EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[])

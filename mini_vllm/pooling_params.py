@@ -10,7 +10,8 @@ engine from the model's supported tasks (vllm/v1/engine/input_processor.py:81 â€
 InputProcessor._validate_params), so ``verify`` takes the task the request resolved to.
 
 Left out: ``dimensions`` (Matryoshka truncation), the classify tasks, step pooling, plugins,
-late interaction, ``skip_reading_prefix_cache`` (mini's pooling runs whole prompts uncached).
+late interaction. ``skip_reading_prefix_cache`` is not a field: the ``Request`` sets it for
+``token_embed``, upstream's default (vllm/pooling_params.py:124).
 """
 
 from __future__ import annotations

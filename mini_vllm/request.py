@@ -22,7 +22,9 @@ Speculative decoding adds a third number: ``spec_token_ids``, the drafts propose
 last step, and ``num_tokens_with_spec = num_tokens + len(spec_token_ids)``, the target the
 scheduler makes ``num_computed_tokens`` chase, so drafts ride the same gap as everything else.
 
-Left out: pooling, the multimodal data itself (only what the scheduler reads), structured output, async
+A pooling request carries ``pooling_params`` and runs its prompt only (``max_tokens`` 1, no token
+sampled); a ``token_embed`` one skips reading the prefix cache (it needs every prompt row).
+Left out: the multimodal data itself (only what the scheduler reads), structured output, async
 output placeholders, streaming sessions, events/stats, priority. ``RequestStatus`` keeps only
 the members mini uses, in upstream's order, so ``is_finished`` is still ``status > PREEMPTED``.
 ``is_finished`` is a property here (a method upstream), so ``if req.is_finished:`` is never a
@@ -136,6 +138,7 @@ class Request:
         mm_features: Sequence[MultiModalFeature] = (),
         lora_request: LoRARequest | None = None,
         cache_salt: str | None = None,
+        pooling_params: Any = None,
     ) -> None:
         check_cache_salt(cache_salt)
         if lora_request is not None and not isinstance(lora_request, LoRARequest):
@@ -158,8 +161,11 @@ class Request:
 
         self.request_id = request_id
         self.sampling_params = sampling_params
+        self.pooling_params = pooling_params  # a resolved PoolingParams: the prompt is pooled, not continued
+        # upstream PoolingParams.skip_reading_prefix_cache: per-token pooling needs every row computed
+        self.skip_reading_prefix_cache = getattr(pooling_params, "task", None) == "token_embed"
         self.mm_features = _check_mm_features(mm_features, len(prompt))
-        self.max_tokens = sampling_params.max_tokens
+        self.max_tokens = 1 if pooling_params is not None else sampling_params.max_tokens
         self.eos_token_id = eos_token_id
         self.arrival_time = arrival_time
         self.lora_request = lora_request

@@ -1,32 +1,19 @@
-"""Per-request sampling knobs, validated once at construction.
+"""Per-request sampling knobs, validated once at construction (a frozen dataclass).
 
-Mirrors ``vllm/sampling_params.py`` (``SamplingParams``) and keeps only the knobs the mini
-engine implements: ``max_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``,
-``ignore_eos`` and ``stop_token_ids``, plus the sampler's knobs (Phase 09): ``min_p``,
-``presence_penalty``, ``frequency_penalty``, ``repetition_penalty``, ``logit_bias``,
-``min_tokens``, ``allowed_token_ids``, ``bad_words_token_ids`` and ``logprobs``, ``n``
-(parallel sampling, Phase 09: the engine fans the request out, see ``parallel_sampling.py``),
-and the structured-output request (Phase 12): ``structured_outputs=StructuredOutputsParams(regex=...)``,
-``choice=[...]`` or ``json_object=True`` (upstream's ``StructuredOutputsParams``, same names).
-``BeamSearchParams`` (the knobs of ``beam_search.py``) lives here as it does upstream. Left out:
-``best_of``, stop strings, custom logits processors, and of structured outputs ``json`` (a JSON
-Schema), ``grammar`` (EBNF), ``structural_tag`` and the whitespace options.
+Mirrors ``vllm/sampling_params.py`` (``SamplingParams``, ``StructuredOutputsParams``,
+``BeamSearchParams``) with the knobs mini implements: ``max_tokens``, ``temperature``,
+``top_k``, ``top_p``, ``min_p``, ``seed``, ``ignore_eos``, ``stop_token_ids``, the penalties,
+``logit_bias``, ``min_tokens``, ``allowed_token_ids``, ``bad_words_token_ids``, ``logprobs``,
+``n`` (Phase 09) and ``structured_outputs`` (Phase 12: ``regex``, ``choice``, ``json_object``).
 
-Differences from upstream, on purpose:
+On purpose unlike upstream: frozen and hashable (``choice`` and ``logit_bias`` stored as tuples);
+``top_k <= 0`` means off; ``max_tokens`` is an int >= 1 (no ``None``); a structured request may
+not set ``ignore_eos`` or ``min_tokens`` (either could ban the only legal token); bad words are
+token-id sequences, not strings; no ``logprobs=-1``; a non-int ``n`` is a ``TypeError``, and
+``n > 1`` with greedy sampling is refused (n copies of one sample).
 
-* the object is frozen — params are checked once and can never drift afterwards;
-* ``top_k <= 0`` (not only ``0``/``-1``) means "disabled";
-* ``max_tokens`` is required to be an int ``>= 1`` (upstream allows ``None`` = "until max_model_len");
-* a structured-output request may not set ``ignore_eos`` (the grammar ends at EOS; past it every
-  token would be banned) or ``min_tokens`` (it could ban the only token the grammar allows);
-  ``choice`` is stored as a tuple so the params stay hashable;
-* bad words are given as token-id sequences (upstream takes strings and tokenizes them into
-  ``_bad_words_token_ids``); ``logit_bias`` is stored as a sorted tuple of ``(token_id, bias)``
-  pairs so the frozen object stays hashable; ``logprobs=-1`` (the whole vocabulary) is not offered;
-* ``n`` must be an ``int`` (a ``bool`` is refused) and a wrong type raises ``TypeError`` (upstream:
-  ``ValueError``); its range is upstream's: ``1 <= n <= MAX_N_SEQUENCES`` (upstream's default
-  ``VLLM_MAX_N_SEQUENCES``), and ``n > 1`` with greedy sampling is refused (the n samples would
-  be n copies of one).
+Left out: ``best_of``, stop strings, custom logits processors, and of structured outputs
+``json`` (a schema), ``grammar`` (EBNF), ``structural_tag`` and the whitespace options.
 """
 
 from __future__ import annotations

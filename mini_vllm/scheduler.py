@@ -503,6 +503,7 @@ class Scheduler:
         self,
         scheduler_output: SchedulerOutput,
         sampled_token_ids: Mapping[str, int | Sequence[int]] | None = None,
+        pooler_outputs: Mapping[str, Any] | None = None,
         kv_connector_output: KVConnectorOutput | None = None,
     ) -> list[Request]:
         """Apply a step's results; return the requests that finished, in scheduling order.
@@ -513,14 +514,17 @@ class Scheduler:
         tokens). Counters advance, rejected drafts are rolled back, tokens are appended one by
         one with the stop checks (EOS, stop tokens, then ``max_tokens``/``max_model_len``) after
         each, finished requests leave ``running`` and free their blocks. Call it every step,
-        even when nothing was sampled. ``kv_connector_output`` (the worker connector's report):
-        a request whose loaded blocks turned out bad drops this step's token and recomputes from
-        its first bad block; landed async loads free their parked requests; finished transfers
-        free the blocks of requests held for them.
+        even when nothing was sampled. A pooling request gets no token: ``pooler_outputs`` names
+        those whose prompt is done, and they finish ``"stop"`` (vllm/v1/core/sched/scheduler.py:1411).
+        ``kv_connector_output`` (the worker connector's report): a request whose loaded blocks
+        turned out bad drops this step's token and recomputes from its first bad block; landed
+        async loads free their parked requests; finished transfers free the blocks of requests
+        held for them.
         """
         if scheduler_output is not self._pending_output:
             raise ValueError("update_from_output() needs the output of the latest schedule(), exactly once")
         sampled = dict(sampled_token_ids or {})
+        pooled = pooler_outputs or {}
         scheduled = scheduler_output.num_scheduled_tokens
         spec = scheduler_output.scheduled_spec_decode_tokens
         for rid, tok in sampled.items():
@@ -540,6 +544,11 @@ class Scheduler:
                 continue
             # needs_sample, inlined (this loop runs once per scheduled request per step)
             wants = request.num_computed_tokens + scheduled[request.request_id] >= request.num_tokens
+            if request.pooling_params is not None:
+                if request.request_id in sampled or wants != (request.request_id in pooled):
+                    raise ValueError(f"pooling request {request.request_id!r} takes a pooler output, "
+                                     "once its whole prompt is computed, and never a token")
+                continue
             if wants != (request.request_id in sampled):
                 what = "needs a sampled token" if wants else "is mid-prefill and must not get a token"
                 raise ValueError(f"request {request.request_id!r} {what}")
@@ -560,6 +569,12 @@ class Scheduler:
                 free_consumed_encoder_inputs(
                     request.request_id, request.mm_features, request.num_computed_tokens, self.encoder_cache_manager
                 )
+            if request.pooling_params is not None:  # pooling stops as soon as there is output
+                request.is_prefill_chunk = request.request_id not in pooled
+                if not request.is_prefill_chunk:
+                    request.status = RequestStatus.FINISHED_STOPPED
+                    finished.append(request)
+                continue
             token = sampled.get(request.request_id)
             request.is_prefill_chunk = token is None
             if token is None:

@@ -1,25 +1,18 @@
 """Speculative decoding: the n-gram drafter and the rejection sampler that verifies its drafts.
 
-Mirrors two upstream files, in numpy and without a device:
+Mirrors ``vllm/v1/spec_decode/ngram_proposer.py`` (``NgramProposer``: the longest n-gram,
+``prompt_lookup_min <= n <= prompt_lookup_max``, that ends the sequence and occurred earlier; its
+earliest occurrence proposes the tokens that followed; no drafts past ``max_model_len``),
+``vllm/v1/sample/rejection_sampler.py`` (``rejection_sample``, ``RejectionSampler.parse_output``:
+drafts back to back per request; greedy path stops at the first draft unequal to the target
+argmax; random path accepts ``x`` when ``p(x) / q(x) >= u``, else draws a recovered token from
+``max(p - q, 0)`` by the exponential race ``argmax(residual / E)``; a bonus token when all pass;
+``PLACEHOLDER_TOKEN_ID`` padding) and ``SpecDecodingStats`` (``vllm/v1/spec_decode/metrics.py``),
+which the scheduler fills. The scheduler and engine drive it; Phase 08's guide tells the story.
 
-* ``vllm/v1/spec_decode/ngram_proposer.py`` (``NgramProposer``): find the longest n-gram
-  (``prompt_lookup_min`` ≤ n ≤ ``prompt_lookup_max``) that ends the sequence and also occurs
-  earlier, take its *earliest* earlier occurrence, and propose up to ``num_speculative_tokens``
-  tokens that followed it. Same skip rules (no draft for a request that sampled nothing this
-  step or already reached ``max_model_len``), same truncation at the model length.
-* ``vllm/v1/sample/rejection_sampler.py`` (``rejection_sample``, ``RejectionSampler.parse_output``):
-  the flattened batch layout (``num_draft_tokens`` per request, drafts back to back), the greedy
-  path (emit the target argmax; stop at the first draft that differs from it), the random path
-  (accept draft ``x`` when ``p(x) / q(x) ≥ u``, otherwise emit a *recovered* token drawn from
-  ``max(p − q, 0)`` normalised, using upstream's exponential race ``argmax(residual / E)``), the
-  bonus token when every draft is accepted, and ``PLACEHOLDER_TOKEN_ID`` padding.
-
-Also ``SpecDecodingStats`` (``vllm/v1/spec_decode/metrics.py``), which the scheduler fills in
-``update_from_output``. The scheduler and the engine drive all of this (see ``scheduler.py``
-and ``engine.py``). Left out: numba threading and
-preallocated batch buffers, the Triton kernels (the loops below are what each program does),
-logits processors, penalties and top-k/top-p on the target rows (callers pass logits already
-divided by the temperature), logprobs, and the "synthetic" acceptance mode.
+Left out: numba threads and preallocated buffers, the Triton kernels (the loops are what each
+program does), logits processors, penalties and top-k/top-p on the target rows (callers pass
+logits already divided by the temperature), logprobs, the "synthetic" acceptance mode.
 """
 
 from __future__ import annotations

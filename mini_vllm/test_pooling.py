@@ -1,6 +1,6 @@
 """Pooling: ``PoolingParams``, the poolers (CLS / LAST / MEAN, normalise after pooling), the Llama
 embedding adapter against Hugging Face's ``LlamaModel`` hidden states, and the refusals of
-``PagedDriver.pool`` (the stand-in for ``LLMEngine.embed`` / ``encode``).
+``PagedDriver.pool`` (the hand driver; ``test_engine_pooling.py`` runs the engine's ``embed`` / ``encode``).
 
 The Hugging Face side is a tiny random ``LlamaModel`` (std 0.2 weights) saved with
 ``save_pretrained``: a bare ``*Model`` checkpoint (``layers.0...``, no ``model.`` prefix, no

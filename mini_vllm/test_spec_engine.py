@@ -383,11 +383,11 @@ def test_each_verify_step_emits_the_accepted_drafts_plus_exactly_one_token(monke
     seen = []
     real_update = engine.scheduler.update_from_output
 
-    def spy(out, sampled, **kwargs):
+    def spy(out, sampled, *pooled, **kwargs):
         for rid, drafts in out.scheduled_spec_decode_tokens.items():
             r = engine.scheduler.requests[rid]
             seen.append((rid, r.num_output_tokens, list(drafts), list(sampled[rid])))
-        return real_update(out, sampled, **kwargs)
+        return real_update(out, sampled, *pooled, **kwargs)
 
     monkeypatch.setattr(engine.scheduler, "update_from_output", spy)
     got = [o.token_ids for o in engine.generate(prompts, params)]

@@ -14,8 +14,10 @@ pool first, normalise after. ``token_embed`` keeps every row
 (vllm/model_executor/layers/pooler/tokwise/methods.py:35 — AllPool). ``DispatchPooler``
 (vllm/model_executor/layers/pooler/special.py:25) picks the pooler by task.
 
+A chunked ``token_embed`` request keeps its rows in its ``PoolingStates`` until its prompt is
+done (vllm/v1/pool/metadata.py:39 — PoolingStates); unfinished requests pool to ``None``.
 Left out: sentence-transformers projectors, Matryoshka ``dimensions``, classify heads, step
-pooling, chunked ``token_embed`` (upstream caches partial rows across steps), ``head_dtype``.
+pooling, ``head_dtype``.
 """
 
 from __future__ import annotations
@@ -35,9 +37,25 @@ class PoolingCursor:
     last_token_indices: np.ndarray  # [N] row of its last scheduled token
     prompt_lens: np.ndarray  # [N]
     num_scheduled_tokens: np.ndarray  # [N]
+    seq_lens: np.ndarray | None = None  # [N] tokens computed after this step (None: this step is all)
 
     def is_partial_prefill(self) -> bool:
         return bool(np.any(self.prompt_lens != self.num_scheduled_tokens))
+
+    def is_finished(self) -> np.ndarray:
+        """Per request: its whole prompt is computed once this step is done."""
+        seq_lens = self.num_scheduled_tokens if self.seq_lens is None else self.seq_lens
+        return self.prompt_lens == seq_lens
+
+
+class PoolingStates:
+    """One request's rows so far, for a ``token_embed`` prompt that arrives in chunks."""
+
+    def __init__(self) -> None:
+        self.hidden_states_cache: list[np.ndarray] = []
+
+    def clean(self) -> None:
+        self.hidden_states_cache.clear()
 
 
 @dataclass
@@ -47,9 +65,16 @@ class PoolingMetadata:
     prompt_lens: np.ndarray
     pooling_params: list[PoolingParams]
     pooling_cursor: PoolingCursor | None = None
+    pooling_states: list[PoolingStates] | None = None  # per request (the runner's); None: whole prompts
 
-    def build_pooling_cursor(self, num_scheduled_tokens: Sequence[int]) -> None:
-        """Rows from the step's layout: request ``i`` holds rows ``cumsum[i] .. cumsum[i+1]-1``."""
+    def build_pooling_cursor(
+        self, num_scheduled_tokens: Sequence[int], seq_lens: Sequence[int] | None = None
+    ) -> None:
+        """Rows from the step's layout: request ``i`` holds rows ``cumsum[i] .. cumsum[i+1]-1``.
+
+        ``seq_lens`` (tokens computed once the step is done) says which prompts finish this step;
+        omitted, every prompt is taken as finishing (the step holds each one whole).
+        """
         scheduled = np.asarray(num_scheduled_tokens, dtype=np.int64)
         if len(scheduled) != len(self.prompt_lens):
             raise ValueError(
@@ -61,6 +86,7 @@ class PoolingMetadata:
             last_token_indices=cumsum[1:] - 1,
             prompt_lens=np.asarray(self.prompt_lens, dtype=np.int64),
             num_scheduled_tokens=scheduled,
+            seq_lens=None if seq_lens is None else np.asarray(seq_lens, dtype=np.int64),
         )
 
     def get_pooling_cursor(self) -> PoolingCursor:
@@ -124,13 +150,23 @@ class TokenEmbeddingPooler:
     def get_supported_tasks(self) -> set[str]:
         return {"token_embed"}
 
-    def __call__(self, hidden: np.ndarray, metadata: PoolingMetadata) -> list[np.ndarray]:
+    def __call__(self, hidden: np.ndarray, metadata: PoolingMetadata) -> list[np.ndarray | None]:
         cursor = metadata.get_pooling_cursor()
-        if cursor.is_partial_prefill():
-            raise ValueError("mini_vllm's token_embed needs the whole prompt in one step")
-        rows = [hidden[a : b + 1] for a, b in zip(cursor.first_token_indices, cursor.last_token_indices)]
+        rows: list[np.ndarray | None] = [
+            hidden[a : b + 1] for a, b in zip(cursor.first_token_indices, cursor.last_token_indices)
+        ]
+        states = metadata.pooling_states
+        if states is None:
+            if cursor.is_partial_prefill():
+                raise ValueError("token_embed over a partial prefill needs pooling_states to keep the rows")
+        else:  # chunks wait in each request's cache; a finished prompt pools all of them (AllPool)
+            for i, (state, finished) in enumerate(zip(states, cursor.is_finished())):
+                state.hidden_states_cache.append(rows[i])
+                rows[i] = np.concatenate(state.hidden_states_cache) if finished else None
+                if finished:
+                    state.clean()
         return [
-            l2_normalize(r) if p.use_activation else r.astype(np.float32)
+            None if r is None else l2_normalize(r) if p.use_activation else r.astype(np.float32)
             for r, p in zip(rows, metadata.pooling_params)
         ]
 

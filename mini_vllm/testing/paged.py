@@ -66,7 +66,7 @@ class PagedDriver:
         return hidden, md
 
     def pool(self, prompts: list[list[int]], pooling_params, pooling_task: str = "embed") -> list[np.ndarray]:
-        """Embed whole prompts in one step: what ``LLMEngine.embed`` / ``encode`` will run.
+        """Embed whole prompts in one step, by hand (``LLMEngine.embed`` / ``encode`` go through the scheduler).
 
         ``pooling_params`` is one ``PoolingParams`` (or None) for all prompts, or one per prompt;
         each is resolved to ``pooling_task`` (``PoolingParams.verify``). Refused, before anything

@@ -2,6 +2,7 @@
 
     python -m mini_vllm.bench [--repeats 5] [--quick]     # every case, about three minutes
     python -m mini_vllm.bench --only generate [--work]    # the checkpoint case alone
+    python -m mini_vllm.bench --only engine               # the same, against vLLM's CPU engine
 
 Cases, each a ratio taken per repetition (mini and the reference alternating), median [min, max]:
 block pool and scheduler (10 to 5,000 running) and a mass abort against vLLM's own classes on
@@ -13,7 +14,8 @@ show). ``--work`` prints only what a clock does not change (forwards, agreement)
 ``--profile`` adds where mini's time goes. Times are this process's CPU seconds
 (``time.process_time``), so a shared machine's load lands on neither side; they depend on the
 machine, which is why no test asserts on them. README.md ("Benchmark") explains each case.
-Left out: the real vLLM CPU engine (tier 2) on the decode case.
+``--only engine`` runs the decode case against the real vLLM CPU engine (tier 2), in wall
+seconds (its model runs in a worker process).
 """
 
 from __future__ import annotations
@@ -312,15 +314,49 @@ def decode_case(repeats: int, work_only: bool, profile: bool) -> None:
         profile_mini(case)
 
 
+def engine_case(repeats: int) -> None:
+    """The decode case against the real vLLM CPU engine (tier 2: ``make engine``), same checkpoint,
+    prompts and greedy settings. vLLM's model runs in a worker process, so both sides are timed in
+    wall seconds, back to back, one thread each (``OMP_NUM_THREADS=1``, no thread binding)."""
+    from course.runtime import engine as tier2
+
+    missing = tier2.missing_reason()
+    if missing:
+        print(f"{'decode vs vLLM CPU engine':<30} skipped: {missing}")
+        return
+    mini = LLMEngine(model=str(CHECKPOINT), max_num_seqs=NUM_PROMPTS)
+    prompts = decode_prompts(mini.tokenizer)
+    env = tier2.engine_env(OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
+    run = tier2.run_job("decode_timing", env=env, model=str(CHECKPOINT), prompts=prompts,
+                        max_tokens=NUM_TOKENS, repeats=repeats)  # fmt: skip
+    params = SamplingParams(max_tokens=NUM_TOKENS, temperature=0, ignore_eos=True)
+    tokens = [o.token_ids for o in mini.generate(prompts, params)]  # warm-up, as vLLM's side had
+    seconds = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        mini.generate(prompts, params)
+        seconds.append(time.perf_counter() - t0)
+    same = sum(a == b for a, b in zip(tokens, run.result["tokens"]))
+    work = NUM_PROMPTS * NUM_TOKENS
+    ours, theirs = statistics.median(seconds), statistics.median(run.result["seconds"])
+    print(
+        f"{'decode vs vLLM CPU engine':<30} mini {work / ours:8.0f} tok/s   vLLM {work / theirs:8.0f} tok/s   "
+        f"ratio {theirs / ours:5.2f}x (wall, median of {repeats}; {same} of {len(prompts)} continuations identical)"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mini_vllm.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions per case (>= 5)")
     parser.add_argument("--quick", action="store_true", help="skip the 5,000-request cases")
-    parser.add_argument("--only", choices=["generate"], help="run one case")
+    parser.add_argument("--only", choices=["generate", "engine"], help="run one case")
     parser.add_argument("--work", action="store_true", help="the decode case's clock-free figures only")
     parser.add_argument("--profile", action="store_true", help="where mini's decode time goes")
     args = parser.parse_args(argv)
     repeats = max(args.repeats, 1)
+    if args.only == "engine":
+        engine_case(repeats)
+        return
     if args.only == "generate" or args.work:
         decode_case(repeats, args.work, args.profile)
         return
@@ -368,6 +404,7 @@ def main(argv: list[str] | None = None) -> None:
         "(target >= 2x; same tokens)"
     )
     decode_case(repeats, False, args.profile)
+    engine_case(repeats)
 
 
 if __name__ == "__main__":

@@ -106,6 +106,22 @@ def prefix_cache(model: str, prompts: list[list[int]], max_tokens: int, **llm_kw
     }
 
 
+@job
+def decode_timing(model: str, prompts: list[list[int]], max_tokens: int, repeats: int = 3) -> dict[str, Any]:
+    """Wall seconds of ``LLM.generate`` on ``prompts`` (greedy, ``ignore_eos``), after one warm-up run,
+    ``repeats`` times; and the tokens, so the caller can check both engines did the same work."""
+    import time
+
+    llm = make_llm(model)
+    tokens = _greedy(llm, prompts, max_tokens)  # warm-up (and the tokens)
+    seconds = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _greedy(llm, prompts, max_tokens)
+        seconds.append(time.perf_counter() - t0)
+    return {"seconds": seconds, "tokens": tokens}
+
+
 # -- tensor parallelism: the collectives each worker issues, counted inside the worker processes --------
 _COLLECTIVES: list[list[Any]] = []  # in a worker: [op, shape of the tensor it was given], one per call
 _COUNTED_OPS = ("all_reduce", "all_gather", "gather", "broadcast")

@@ -16,6 +16,10 @@ Cases, each reported as the ratio mini / vLLM (or new / baseline) with its sprea
    before it was batched: two softmaxes, a full argsort per row, ``Generator.choice``); the tokens
    must be identical.
 
+5. Platforms (phase 17): the course checkpoint, 8 prompts x 32 greedy tokens, through
+   ``LLMEngine`` on the numpy platform and on the torch-cpu platform; the tokens must be identical;
+   the ratio is torch / numpy (below 1: torch is faster on this machine).
+
 Every case runs ``--repeats`` times, mini and the reference alternating so both see the same
 machine load; a ratio is taken per repetition and the median is printed with [min, max]. Times
 are this process's CPU time (``time.process_time``), so other programs on a shared machine
@@ -218,6 +222,25 @@ def time_generate(baseline: bool, out: list) -> float:
     return elapsed
 
 
+def time_platform(name: str, out: list) -> float:
+    """CPU seconds of one greedy run of the course checkpoint with ``name``'s platform current."""
+    from pathlib import Path
+
+    from .platforms import use_platform
+    from .platforms.numpy_platform import NumpyPlatform
+    from .platforms.torch_cpu import TorchCpuPlatform
+
+    platform = {"numpy": NumpyPlatform, "torch": TorchCpuPlatform}[name]()
+    with use_platform(platform):
+        engine = LLMEngine(model=str(Path(__file__).parent / "checkpoints" / "course-llama"), num_gpu_blocks=128)
+        prompts = [f"Story {i}: once upon a time" for i in range(8)]
+        t0 = CLOCK()
+        results = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True))
+        elapsed = CLOCK() - t0
+    out.append([r.outputs[0].token_ids for r in results])
+    return elapsed
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mini_vllm.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions per case (>= 5)")
@@ -267,6 +290,11 @@ def main(argv: list[str] | None = None) -> None:
         f"speedup {statistics.median(speedups):5.2f}x [{min(speedups):.2f}, {max(speedups):.2f}]  "
         "(target >= 2x; same tokens)"
     )
+
+    tokens = []
+    a, b = interleaved_ratios(lambda: time_platform("torch", tokens), lambda: time_platform("numpy", tokens), repeats)
+    assert all(t == tokens[0] for t in tokens), "the torch-cpu platform must produce the numpy platform's tokens"
+    report("platform torch-cpu / numpy", a, b, "us/run", 1, "same greedy tokens")
 
 
 if __name__ == "__main__":

@@ -205,7 +205,9 @@ def baseline_sample(logits: np.ndarray, params: SamplingParams, generator: np.ra
 
 
 class BaselineSampler:
-    def sample_batch(self, logits, params, generators, output_token_ids=None, prompt_token_ids=None) -> list[int]:
+    def sample_batch(
+        self, logits, params, generators, output_token_ids=None, prompt_token_ids=None
+    ) -> list[int]:
         return [baseline_sample(row, sp, g) for row, sp, g in zip(logits, params, generators)]
 
 
@@ -232,7 +234,9 @@ def time_platform(name: str, out: list) -> float:
 
     platform = {"numpy": NumpyPlatform, "torch": TorchCpuPlatform}[name]()
     with use_platform(platform):
-        engine = LLMEngine(model=str(Path(__file__).parent / "checkpoints" / "course-llama"), num_gpu_blocks=128)
+        engine = LLMEngine(
+            model=str(Path(__file__).parent / "checkpoints" / "course-llama"), num_gpu_blocks=128
+        )
         prompts = [f"Story {i}: once upon a time" for i in range(8)]
         t0 = CLOCK()
         results = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True))
@@ -292,8 +296,12 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     tokens = []
-    a, b = interleaved_ratios(lambda: time_platform("torch", tokens), lambda: time_platform("numpy", tokens), repeats)
-    assert all(t == tokens[0] for t in tokens), "the torch-cpu platform must produce the numpy platform's tokens"
+    a, b = interleaved_ratios(
+        lambda: time_platform("torch", tokens), lambda: time_platform("numpy", tokens), repeats
+    )
+    assert all(t == tokens[0] for t in tokens), (
+        "the torch-cpu platform must produce the numpy platform's tokens"
+    )
     report("platform torch-cpu / numpy", a, b, "us/run", 1, "same greedy tokens")
 
 

@@ -27,7 +27,7 @@ from mini_vllm.platforms import (
 from mini_vllm.platforms.numpy_platform import NumpyPagedAttentionBackend, NumpyPlatform
 from mini_vllm.platforms.torch_cpu import TorchCpuPlatform, TorchSDPABackend
 from mini_vllm.sampling_params import SamplingParams
-from mini_vllm.testing.plugins import write_plugin_dist
+from mini_vllm.testing.plugins import checkpoint_as, write_plugin_dist
 
 CHECKPOINT = Path(__file__).parent / "checkpoints" / "course-llama"
 _ids = itertools.count()
@@ -312,26 +312,12 @@ def register():
 """
 
 
-def checkpoint_as(tmp_path: Path, arch: str) -> Path:
-    """The course checkpoint under another architecture name (links to its files, a new config.json)."""
-    import json
-
-    out = tmp_path / f"ckpt-{arch}"
-    out.mkdir()
-    for f in CHECKPOINT.iterdir():
-        if f.name != "config.json":
-            (out / f.name).symlink_to(f)
-    cfg = json.loads((CHECKPOINT / "config.json").read_text())
-    (out / "config.json").write_text(json.dumps({**cfg, "architectures": [arch]}))
-    return out
-
-
 def test_general_plugin_registers_a_model_once_at_engine_start(plugins, tmp_path):
     mod = f"plug_general_{next(_ids)}"
     plugins(
         {DEFAULT_PLUGINS_GROUP: {"llama_alias": f"{mod}:register"}}, {mod: GENERAL_MODULE.format(mod=mod)}
     )
-    ckpt = checkpoint_as(tmp_path, "PluginLlamaForCausalLM")
+    ckpt = checkpoint_as(CHECKPOINT, tmp_path / "ckpt", "PluginLlamaForCausalLM")
     try:
         with pytest.raises(ValueError, match="not supported"):
             ModelRegistry.resolve_model_cls(["PluginLlamaForCausalLM"])  # nothing registered it yet

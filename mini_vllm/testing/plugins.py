@@ -41,3 +41,18 @@ def write_plugin_dist(
         lines.append("")
     (info / "entry_points.txt").write_text("\n".join(lines), encoding="utf-8")
     return root
+
+
+def checkpoint_as(src: str | Path, dest: str | Path, arch: str) -> Path:
+    """``src`` (a checkpoint folder) seen under another architecture name: links to its files in
+    ``dest`` and a ``config.json`` whose ``architectures`` is ``[arch]`` (what a plugin registers)."""
+    import json
+
+    src, dest = Path(src), Path(dest)
+    dest.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name != "config.json":
+            (dest / f.name).symlink_to(f.resolve())
+    cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    (dest / "config.json").write_text(json.dumps({**cfg, "architectures": [arch]}), encoding="utf-8")
+    return dest

@@ -15,9 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vllm.platforms.cpu import CpuPlatform
+if __name__ == "__main__":  # run as a script: wire tier 1 before the first vLLM import
+    from course.runtime import cpu_env
 
-from mini_vllm.platforms.numpy_platform import NumpyPlatform
+    cpu_env.apply()
+
+from vllm.platforms.cpu import CpuPlatform  # noqa: E402
+
+from mini_vllm.platforms.numpy_platform import NumpyPlatform  # noqa: E402
 
 DEVICE_ENV = "TOY_ACCELERATOR"  # "0": the toy accelerator is absent, the platform plugins decline
 DEVICE_NAME = "toy-accelerator"

@@ -19,6 +19,8 @@ from typing import Any
 
 from course.runtime import cpu_env
 
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep vLLM's log lines off stdout
+
 GiB = 1 << 30
 PLUGIN_DIR = str(cpu_env.PLUGIN_DIR)
 

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # keep vLLM's log lines off stdout
+
 if __name__ == "__main__":  # run as a script: wire tier 1 before the first vLLM import
     from course.runtime import cpu_env
 

@@ -155,7 +155,7 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        root = install_plugin(tmp)
+        root = install_plugin(Path(tmp) / "site")
         print(f"{root.name}/: {sorted(p.name for p in root.iterdir())}")
         print((root / "toyplat-0.1.dist-info" / "entry_points.txt").read_text().strip())
         child = run_vllm_child(root)

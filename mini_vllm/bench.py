@@ -16,6 +16,8 @@ show). ``--work`` prints only what a clock does not change (forwards, agreement)
 machine, which is why no test asserts on them. README.md ("Benchmark") explains each case.
 ``--only engine`` runs the decode case against the real vLLM CPU engine (tier 2), in wall
 seconds (its model runs in a worker process).
+The platform case (phase 17): the course checkpoint, 8 prompts x 32 greedy tokens, on the numpy
+platform and on the torch-cpu platform; identical tokens; the ratio is torch / numpy.
 """
 
 from __future__ import annotations
@@ -345,6 +347,23 @@ def engine_case(repeats: int) -> None:
     )
 
 
+def time_platform(name: str, out: list) -> float:
+    """CPU seconds of one greedy run of the course checkpoint with ``name``'s platform current."""
+    from .platforms import use_platform
+    from .platforms.numpy_platform import NumpyPlatform
+    from .platforms.torch_cpu import TorchCpuPlatform
+
+    platform = {"numpy": NumpyPlatform, "torch": TorchCpuPlatform}[name]()
+    with use_platform(platform):
+        engine = LLMEngine(model=str(CHECKPOINT), num_gpu_blocks=128)
+        prompts = [f"Story {i}: once upon a time" for i in range(8)]
+        t0 = CLOCK()
+        results = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True))
+        elapsed = CLOCK() - t0
+    out.append([r.outputs[0].token_ids for r in results])
+    return elapsed
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mini_vllm.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions per case (>= 5)")
@@ -405,6 +424,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     decode_case(repeats, False, args.profile)
     engine_case(repeats)
+
+    tokens = []
+    a, b = interleaved_ratios(
+        lambda: time_platform("torch", tokens), lambda: time_platform("numpy", tokens), repeats
+    )
+    assert all(t == tokens[0] for t in tokens), (
+        "the torch-cpu platform must produce the numpy platform's tokens"
+    )
+    report("platform torch-cpu / numpy", a, b, "us/run", 1, "same greedy tokens")
 
 
 if __name__ == "__main__":

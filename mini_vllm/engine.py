@@ -45,6 +45,7 @@ from .outputs import (
     RequestOutput,
 )
 from .parallel_sampling import ParentRequest
+from .platforms import get_current_platform, load_general_plugins
 from .pooling_params import PoolingParams
 from .request import Request, RequestStatus, check_cache_salt
 from .sampler import Sampler
@@ -71,10 +72,13 @@ class LLMEngine:
         architecture, its weights, its ``tokenizer.json`` and EOS; ``max_model_len`` capped at its
         ``max_position_embeddings``) instead of the toy model; TP > 1 and LoRA are refused for it.
         """
+        load_general_plugins()  # phase 17: entry-point plugins run once, before any model is resolved
         if vllm_config is None:
             vllm_config = create_engine_config(**engine_args)
         elif engine_args:
             raise TypeError("pass either a VllmConfig or engine arguments, not both")
+        self.platform = get_current_platform()  # resolved once per process; it may adjust the config
+        vllm_config = self.platform.check_and_update_config(vllm_config)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         self.vllm_config = vllm_config

@@ -141,11 +141,17 @@ class Worker:
         if world_size > 1 and all_gather is None:
             raise ValueError("a worker in a group of more than one needs an all_gather")
         from .models import get_model
+        from .platforms import get_current_platform, resolve_obj_by_qualname
 
         vllm_config = vllm_config or create_engine_config()
         model_config = vllm_config.model_config or toy_model_config(vocab_size, seed)
         self.rank, self.world_size, self.vocab_size = rank, world_size, model_config.vocab_size
         model = get_model(model_config)  # registry by architecture, then the checkpoint's weights
+        # The platform picks the attention backend and what runs the forward (phase 17).
+        platform = get_current_platform()
+        self.attn_backend = resolve_obj_by_qualname(platform.get_attn_backend_cls(
+            None, model.get_kv_cache_spec().head_size, model_config.dtype))
+        model = platform.load_model(model, self.attn_backend)
         if world_size > 1:
             if model_config.architectures[0] != "ToyForCausalLM":
                 raise ValueError(f"{model_config.architectures[0]} cannot be sharded: mini_vllm shards only the toy model")

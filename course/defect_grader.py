@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -45,14 +44,14 @@ NEARBY = {
 TIMEOUT_S = 120.0
 GIT_NOISE = ("diff --git ", "index ", "similarity index", "old mode", "new mode")
 
-SHADOW_CONFTEST = '''\
+SHADOW_CONFTEST = """\
 import importlib.util, os
 
 _spec = importlib.util.find_spec("vllm")
 _where = os.path.dirname(_spec.origin) if _spec and _spec.origin else None
 if _where != os.environ["DEFECT_SHADOW_VLLM"]:
     raise RuntimeError(f"vllm resolves to {_where}, not the scratch copy {os.environ['DEFECT_SHADOW_VLLM']}")
-'''
+"""
 
 
 class GradeFailure(Exception):
@@ -109,13 +108,17 @@ def parse_patch(text: str) -> patches.Mutant:
         if line.startswith(GIT_NOISE):
             continue
         if line.startswith("--- /dev/null") or line.startswith("+++ /dev/null"):
-            raise GradeFailure("outside", "the patch creates or deletes a file: fix existing files under upstream/vllm/")
+            raise GradeFailure(
+                "outside", "the patch creates or deletes a file: fix existing files under upstream/vllm/"
+            )
         for head, prefix in (("--- ", "a/"), ("+++ ", "b/")):
             if line.startswith(head) and not line.startswith(head + prefix):
                 line = head + prefix + line[len(head) :].split("\t")[0].strip()
         lines.append(line)
     if not any(line.startswith("--- a/") for line in lines):
-        raise GradeFailure("empty", "the patch has no '--- a/upstream/vllm/<file>' header: write a unified diff")
+        raise GradeFailure(
+            "empty", "the patch has no '--- a/upstream/vllm/<file>' header: write a unified diff"
+        )
     try:
         return patches.parse("learner patch\n\n" + "\n".join(lines) + "\n", name="your patch")
     except patches.StaleMutant as exc:
@@ -139,7 +142,9 @@ def check_paths(mutant: patches.Mutant, env: Env) -> list[str]:
                 "(your regression test goes in the test file, not in the patch)",
             )
         if not (env.upstream / path[len("upstream/") :]).is_file():
-            raise GradeFailure("outside", f"{path} does not exist in the pinned tree: patch existing files only")
+            raise GradeFailure(
+                "outside", f"{path} does not exist in the pinned tree: patch existing files only"
+            )
         if not f.hunks:
             raise GradeFailure("empty", f"the patch names {path} but changes nothing in it")
         out.append(path[len("upstream/") :])
@@ -155,7 +160,9 @@ def patched_texts(mutant: patches.Mutant, env: Env) -> tuple[dict[str, str], dic
         try:
             patched[rel] = patches.apply_hunks(pinned[rel], f.hunks, f.path)
         except patches.StaleMutant as exc:
-            raise GradeFailure("does-not-apply", f"the patch does not apply to the pinned {f.path}: {exc}") from None
+            raise GradeFailure(
+                "does-not-apply", f"the patch does not apply to the pinned {f.path}: {exc}"
+            ) from None
     return pinned, patched
 
 
@@ -205,13 +212,17 @@ def run_pytest(scratch: Path, selectors: list[str], env: Env) -> tuple[int, str,
             cmd, cwd=scratch, env=child, capture_output=True, text=True, timeout=env.timeout, check=False
         )
     except subprocess.TimeoutExpired:
-        raise GradeFailure("timeout", f"pytest ran past {env.timeout:.0f} s: a test that hangs is not a regression test")
+        raise GradeFailure(
+            "timeout", f"pytest ran past {env.timeout:.0f} s: a test that hangs is not a regression test"
+        ) from None
     seen: dict[str, set[str]] = {}
     if xml.exists():
         for case in ET.parse(xml).getroot().iter("testcase"):
             stem = case.get("classname", "").split(".")[0]
             bad = case.find("failure") is not None or case.find("error") is not None
-            seen.setdefault(stem, set()).add("failed" if bad else "skipped" if case.find("skipped") is not None else "passed")
+            seen.setdefault(stem, set()).add(
+                "failed" if bad else "skipped" if case.find("skipped") is not None else "passed"
+            )
         xml.unlink()
     outcome = {s: next(o for o in ("failed", "passed", "skipped") if o in got) for s, got in seen.items()}
     return proc.returncode, proc.stdout + proc.stderr, outcome
@@ -265,7 +276,9 @@ def grade(patch_text: str, test: str, env: Env | None = None) -> Report:
 
         rc, out, _ = _stage(scratch, package, pinned, name, [], env)
         if rc == 5 or "no tests ran" in out:
-            raise GradeFailure("no-test", f"no test ran from {test}: check the file and the ::name\n{_tail(out)}")
+            raise GradeFailure(
+                "no-test", f"no test ran from {test}: check the file and the ::name\n{_tail(out)}"
+            )
         if rc == 0:
             raise GradeFailure(
                 "passes-before",
@@ -278,7 +291,8 @@ def grade(patch_text: str, test: str, env: Env | None = None) -> Report:
         report.after = outcome.get("test_regression", "error")
         if report.after != "passed":
             raise GradeFailure(
-                "fails-after", f"{test} still fails with your patch applied: the patch does not fix it\n{_tail(out)}"
+                "fails-after",
+                f"{test} still fails with your patch applied: the patch does not fix it\n{_tail(out)}",
             )
         for c in checks:
             report.nearby[c.stem] = outcome.get(c.stem, "not run")

@@ -7,7 +7,6 @@ runs them again on a patched copy. Index -1 (no adapter) is deliberately left ou
 
 import pytest
 import torch
-
 from vllm.lora.ops.torch_ops import lora_ops as ops
 
 SLOTS, IN, OUT = 3, 8, 6

@@ -9,7 +9,6 @@ import inspect
 import numpy as np
 import pytest
 import torch
-
 from vllm.utils import torch_utils as tu
 
 

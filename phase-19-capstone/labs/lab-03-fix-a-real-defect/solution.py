@@ -22,7 +22,6 @@ from __future__ import annotations
 def test_async_tensor_h2d_default_on_a_host_without_pinned_memory():
     """The default must work where the platform cannot pin memory (a CPU-only host)."""
     import torch
-
     from vllm.utils.torch_utils import async_tensor_h2d
 
     t = async_tensor_h2d([3, 1, 4], torch.int64, "cpu")
@@ -60,7 +59,6 @@ PIN_MEMORY_PATCH = '''\
 def test_lora_torch_ops_leave_rows_without_an_adapter_alone():
     """Rows whose LoRA index is -1 carry no adapter: the ops must add nothing to them."""
     import torch
-
     from vllm.lora.ops.torch_ops import lora_ops
 
     g = torch.Generator().manual_seed(0)
@@ -81,7 +79,7 @@ def test_lora_torch_ops_leave_rows_without_an_adapter_alone():
     assert not out[none].any(), "bgmv_shrink wrote a slot's product into a row with index -1"
 
 
-LORA_PATCH = '''\
+LORA_PATCH = """\
 --- a/upstream/vllm/lora/ops/torch_ops/lora_ops.py
 +++ b/upstream/vllm/lora/ops/torch_ops/lora_ops.py
 @@ -4,6 +4,11 @@
@@ -120,7 +118,7 @@ LORA_PATCH = '''\
 
      if add_inputs:
          output_tensor[:, slice_offset : slice_offset + slice_size] += outputs[:]
-'''
+"""
 
 # name -> (the regression test in this file, the patch)
 SUBMISSIONS = {

@@ -11,6 +11,7 @@ from course import (
     book,
     check_labs,
     citations,
+    defect_grader,
     gpucheck,
     grade,
     hint,
@@ -22,6 +23,7 @@ from course import (
 )
 
 COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, minibuild, hint, book, lock)
+COMMANDS += (defect_grader,)  # Phase 19 lab 03's grader: `python -m course defect grade`
 
 
 def build_parser() -> argparse.ArgumentParser:

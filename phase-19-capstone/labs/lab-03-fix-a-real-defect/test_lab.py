@@ -10,7 +10,7 @@ from course.defect_grader import GradeFailure, grade
 from course.runtime import lab_module
 from course.runtime.harness import lab_file
 
-pytestmark = pytest.mark.upstream
+pytestmark = pytest.mark.upstream(needs="both")  # the installed vllm and the pinned tree
 
 lab = lab_module(__file__)  # solution.py by default; LAB_IMPL=starter grades starter.py
 IMPL = lab_file(__file__)

@@ -275,11 +275,17 @@ def grade(patch_text: str, test: str, env: Env | None = None) -> Report:
         for c in checks:
             shutil.copyfile(c, scratch / c.name)
 
-        rc, out, _ = _stage(scratch, package, pinned, name, [], env)
+        rc, out, outcome = _stage(scratch, package, pinned, name, [], env)
         if rc == 5 or "no tests ran" in out:
             raise GradeFailure(
                 "no-test", f"no test ran from {test}: check the file and the ::name\n{_tail(out)}"
             )
+        if rc == 0 and outcome.get("test_regression") == "skipped":
+            raise GradeFailure(
+                "no-test", f"{test} was skipped at the pin, not run: a skipped test proves nothing"
+            )
+        if rc not in (0, 1, 2):
+            raise GradeFailure("setup", f"pytest could not run (exit {rc}); its output:\n{_tail(out)}")
         if rc == 0:
             raise GradeFailure(
                 "passes-before",

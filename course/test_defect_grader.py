@@ -38,6 +38,7 @@ WRONG_FIX = OPS.replace("    return slots[index]\n", "    return None if index <
 NO_FIX = OPS.replace('"""The slot row', '"""Look up the slot row')
 REGRESSION = "from vllm.ops import slot_for\n\n\ndef test_minus_one_is_no_slot():\n    assert slot_for(-1, 'abc') is None\n"
 PASSES_AT_PIN = "from vllm.ops import slot_for\n\n\ndef test_one():\n    assert slot_for(1, 'abc') == 'b'\n"
+SKIPS = "import pytest\n\n\ndef test_later():\n    pytest.skip('not today')\n"
 HANGS = "def test_hangs():\n    while True:\n        pass\n"
 NEARBY = (
     "from vllm.ops import double, slot_for\n\n\ndef test_real_slots():\n"
@@ -150,6 +151,7 @@ def scenario_breaks_nearby(f: Fake):
 def scenario_no_test_and_timeout(f: Fake):
     f.refused("no-test", diff(OPS, FIXED), selector="::test_not_there")
     f.refused("timeout", diff(OPS, FIXED), test_source=HANGS, timeout=1)
+    assert "skipped" in f.refused("no-test", diff(OPS, FIXED), test_source=SKIPS)
 
 
 SCENARIOS = [

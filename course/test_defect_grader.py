@@ -38,6 +38,7 @@ WRONG_FIX = OPS.replace("    return slots[index]\n", "    return None if index <
 NO_FIX = OPS.replace('"""The slot row', '"""Look up the slot row')
 REGRESSION = "from vllm.ops import slot_for\n\n\ndef test_minus_one_is_no_slot():\n    assert slot_for(-1, 'abc') is None\n"
 PASSES_AT_PIN = "from vllm.ops import slot_for\n\n\ndef test_one():\n    assert slot_for(1, 'abc') == 'b'\n"
+EXTRA = "LIMIT = 3\n"
 SKIPS = "import pytest\n\n\ndef test_later():\n    pytest.skip('not today')\n"
 HANGS = "def test_hangs():\n    while True:\n        pass\n"
 NEARBY = (
@@ -67,6 +68,7 @@ class Fake:
             (tmp / where).mkdir(parents=True)
             (tmp / where / "__init__.py").write_text("", encoding="utf-8")
             (tmp / where / "ops.py").write_text(OPS, encoding="utf-8")
+            (tmp / where / "extra.py").write_text(EXTRA, encoding="utf-8")
         (tmp / "site/vllm/sub").mkdir()
         (tmp / "site/vllm/sub/__init__.py").write_text("X = 1\n", encoding="utf-8")
         (tmp / "checks").mkdir()
@@ -136,6 +138,26 @@ def scenario_good_fix_leaves_the_tree_alone(f: Fake):
     assert (digest(f.tmp / "upstream"), digest(f.tmp / "site")) == before, "grading changed the pinned tree"
 
 
+def scenario_git_and_plain_diff_headers(f: Fake):
+    """``git diff`` output (with its ``diff --git``/``index`` lines) and ``diff -u`` (no a/ b/,
+    timestamps) both grade; a file without nearby checks gets a note, not a refusal."""
+    fix = diff(OPS, FIXED)
+    extra = diff(EXTRA, "LIMIT = 4\n", "upstream/vllm/extra.py")
+    git = (
+        "diff --git a/upstream/vllm/ops.py b/upstream/vllm/ops.py\nindex 1a2b3c4..5d6e7f8 100644\n"
+        + fix
+        + "diff --git a/upstream/vllm/extra.py b/upstream/vllm/extra.py\nindex 0a1b2c3..4d5e6f7 100644\n"
+        + extra
+    )
+    report = f.grade(git)
+    assert report.files == ["vllm/ops.py", "vllm/extra.py"], report.files
+    assert report.diff_lines == len((fix + extra).splitlines()), "git's own lines are not the diff's size"
+    assert any("vllm/extra.py" in n for n in report.notes), report.notes
+    plain = fix.replace("--- a/upstream/", "--- upstream/").replace("+++ b/upstream/", "+++ upstream/")
+    plain = plain.replace("ops.py\n", "ops.py\t2026-01-01 00:00:00.000000000 +0000\n", 2)
+    assert f.grade(plain).after == "passed"
+
+
 def scenario_passes_before(f: Fake):
     assert "not a regression test" in f.refused("passes-before", diff(OPS, FIXED), test_source=PASSES_AT_PIN)
 
@@ -159,6 +181,7 @@ SCENARIOS = [
     scenario_stale_patch,
     scenario_line_limit_boundary,
     scenario_good_fix_leaves_the_tree_alone,
+    scenario_git_and_plain_diff_headers,
     scenario_passes_before,
     scenario_fails_after,
     scenario_breaks_nearby,

@@ -206,6 +206,7 @@ def run_pytest(scratch: Path, selectors: list[str], env: Env) -> tuple[int, str,
     child["DEFECT_SHADOW_VLLM"] = str(scratch / "pkg" / "vllm")
     child.pop("PYTEST_ADDOPTS", None)
     child["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # plain pytest, as upstream's tests need; starts faster
+    child["PYTHONDONTWRITEBYTECODE"] = "1"  # a linked folder's __pycache__ is the installed package's
     xml = scratch / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *selectors]
     try:

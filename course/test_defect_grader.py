@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ EXTRA = "LIMIT = 3\n"
 SKIPS = "import pytest\n\n\ndef test_later():\n    pytest.skip('not today')\n"
 HANGS = "def test_hangs():\n    while True:\n        pass\n"
 NEARBY = (
-    "from vllm.ops import double, slot_for\n\n\ndef test_real_slots():\n"
+    "import vllm.sub\nfrom vllm.ops import double, slot_for\n\n\ndef test_real_slots():\n"
     "    assert [slot_for(i, 'abc') for i in range(3)] == ['a', 'b', 'c']\n    assert double(4) == 8\n"
 )
 
@@ -85,7 +86,12 @@ class Fake:
         test = self.tmp / "test_mine.py"
         test.write_text(test_source, encoding="utf-8")
         self.env.timeout = timeout
-        return self.g.grade(patch, f"{test}{selector}", self.env)
+        saved = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the grader must not rely on the caller's
+        try:
+            return self.g.grade(patch, f"{test}{selector}", self.env)
+        finally:
+            if saved is not None:
+                os.environ["PYTHONDONTWRITEBYTECODE"] = saved
 
     def refused(self, kind: str, patch: str, **kw) -> str:
         try:
@@ -135,7 +141,9 @@ def scenario_good_fix_leaves_the_tree_alone(f: Fake):
     assert (report.before, report.after) == ("failed", "passed"), report.render()
     assert report.nearby == {"test_nearby_ops": "passed"}, report.nearby
     assert report.diff_lines == len(diff(OPS, FIXED).splitlines())
-    assert (digest(f.tmp / "upstream"), digest(f.tmp / "site")) == before, "grading changed the pinned tree"
+    assert (digest(f.tmp / "upstream"), digest(f.tmp / "site")) == before, (
+        "grading wrote into the pinned tree or the installed package (a patched file, a __pycache__)"
+    )
 
 
 def scenario_git_and_plain_diff_headers(f: Fake):

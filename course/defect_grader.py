@@ -197,27 +197,34 @@ def _split_test(test: str) -> tuple[Path, str]:
     return Path(path).resolve(), name
 
 
-def run_pytest(scratch: Path, selectors: list[str], env: Env) -> tuple[int, str, dict[str, str]]:
-    """One child ``pytest`` in ``scratch``; returns (exit code, output, {file stem: worst outcome})."""
+def start_pytest(stage: Path, selectors: list[str]) -> subprocess.Popen:
+    """Start one child ``pytest`` in the stage folder ``stage`` (its own scratch ``vllm`` under pkg/)."""
     child = dict(os.environ)
     cpu_env.apply_env(child)
     parts = [p for p in child.get("PYTHONPATH", "").split(os.pathsep) if p]
-    child["PYTHONPATH"] = os.pathsep.join([str(scratch / "pkg"), *parts, str(ROOT)])
-    child["DEFECT_SHADOW_VLLM"] = str(scratch / "pkg" / "vllm")
+    child["PYTHONPATH"] = os.pathsep.join([str(stage / "pkg"), *parts, str(ROOT)])
+    child["DEFECT_SHADOW_VLLM"] = str(stage / "pkg" / "vllm")
     child.pop("PYTEST_ADDOPTS", None)
     child["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # plain pytest, as upstream's tests need; starts faster
     child["PYTHONDONTWRITEBYTECODE"] = "1"  # a linked folder's __pycache__ is the installed package's
-    xml = scratch / "junit.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *selectors]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml=junit.xml", *selectors]
+    return subprocess.Popen(
+        cmd, cwd=stage, env=child, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def finish_pytest(proc: subprocess.Popen, stage: Path, env: Env) -> tuple[int, str, dict[str, str]]:
+    """Wait for ``proc`` (at most ``env.timeout``); returns (exit code, output, {file stem: outcome})."""
     try:
-        proc = subprocess.run(
-            cmd, cwd=scratch, env=child, capture_output=True, text=True, timeout=env.timeout, check=False
-        )
+        out, _ = proc.communicate(timeout=env.timeout)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         raise GradeFailure(
             "timeout", f"pytest ran past {env.timeout:.0f} s: a test that hangs is not a regression test"
         ) from None
     seen: dict[str, set[str]] = {}
+    xml = stage / "junit.xml"
     if xml.exists():
         for case in ET.parse(xml).getroot().iter("testcase"):
             stem = case.get("classname", "").split(".")[0]
@@ -225,22 +232,66 @@ def run_pytest(scratch: Path, selectors: list[str], env: Env) -> tuple[int, str,
             seen.setdefault(stem, set()).add(
                 "failed" if bad else "skipped" if case.find("skipped") is not None else "passed"
             )
-        xml.unlink()
     outcome = {s: next(o for o in ("failed", "passed", "skipped") if o in got) for s, got in seen.items()}
-    return proc.returncode, proc.stdout + proc.stderr, outcome
+    return proc.returncode, out, outcome
 
 
 def _tail(text: str, n: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
 
 
-def _stage(scratch: Path, package: Path, files: dict[str, str], name: str, checks: list[Path], env: Env):
-    if (scratch / "pkg").exists():
-        shutil.rmtree(scratch / "pkg")
-    (scratch / "pkg").mkdir()
-    build_shadow(package, scratch / "pkg", files)
-    selectors = ["test_regression.py" + (f"::{name}" if name else "")] + [c.name for c in checks]
-    return run_pytest(scratch, selectors, env)
+def prepare_stage(
+    stage: Path, package: Path, files: dict[str, str], test_path: Path, name: str, checks: list[Path]
+) -> list[str]:
+    """Fill ``stage``: the shadow guard, the test, the checks, a scratch ``vllm``; returns the selectors."""
+    (stage / "pkg").mkdir(parents=True)
+    (stage / "conftest.py").write_text(SHADOW_CONFTEST, encoding="utf-8")
+    (stage / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    shutil.copyfile(test_path, stage / "test_regression.py")
+    for c in checks:
+        shutil.copyfile(c, stage / c.name)
+    build_shadow(package, stage / "pkg", files)
+    return ["test_regression.py" + (f"::{name}" if name else "")] + [c.name for c in checks]
+
+
+def judge_before(report: Report, test: str, run: tuple[int, str, dict[str, str]]) -> None:
+    """The run on the pinned files: the test must have run, and failed."""
+    rc, out, outcome = run
+    if rc == 5 or "no tests ran" in out:
+        raise GradeFailure("no-test", f"no test ran from {test}: check the file and the ::name\n{_tail(out)}")
+    if rc == 0 and outcome.get("test_regression") == "skipped":
+        raise GradeFailure(
+            "no-test", f"{test} was skipped at the pin, not run: a skipped test proves nothing"
+        )
+    if rc not in (0, 1, 2):
+        raise GradeFailure("setup", f"pytest could not run (exit {rc}); its output:\n{_tail(out)}")
+    if rc == 0:
+        raise GradeFailure(
+            "passes-before",
+            f"{test} passes on the pinned files: it does not reproduce the defect, so it is not a "
+            "regression test. Make it exercise the failing path (the default, the -1 row, ...)",
+        )
+    report.before = "failed" if rc == 1 else f"error (pytest exit {rc})"
+
+
+def judge_after(report: Report, test: str, run: tuple[int, str, dict[str, str]], checks: list[Path]) -> None:
+    """The run on the patched files: the test passes, and so does every nearby check."""
+    rc, out, outcome = run
+    report.after = outcome.get("test_regression", "error")
+    if report.after != "passed":
+        raise GradeFailure(
+            "fails-after",
+            f"{test} still fails with your patch applied: the patch does not fix it\n{_tail(out)}",
+        )
+    for c in checks:
+        report.nearby[c.stem] = outcome.get(c.stem, "not run")
+    broken = [k for k, v in report.nearby.items() if v != "passed"]
+    if broken or rc != 0:
+        raise GradeFailure(
+            "breaks-nearby",
+            f"your patch breaks the nearby checks {', '.join(broken) or '(see output)'}: "
+            f"the fix changed behaviour that was right\n{_tail(out)}",
+        )
 
 
 def grade(patch_text: str, test: str, env: Env | None = None) -> Report:
@@ -269,48 +320,19 @@ def grade(patch_text: str, test: str, env: Env | None = None) -> Report:
             report.notes.append(f"the course has no nearby checks for {rel}: only your test judged the fix")
 
     with tempfile.TemporaryDirectory(prefix="defect-grade-") as tmp:
-        scratch = Path(tmp)
-        (scratch / "conftest.py").write_text(SHADOW_CONFTEST, encoding="utf-8")
-        (scratch / "pytest.ini").write_text("[pytest]\naddopts = -p no:randomly\n", encoding="utf-8")
-        shutil.copyfile(test_path, scratch / "test_regression.py")
-        for c in checks:
-            shutil.copyfile(c, scratch / c.name)
-
-        rc, out, outcome = _stage(scratch, package, pinned, name, [], env)
-        if rc == 5 or "no tests ran" in out:
-            raise GradeFailure(
-                "no-test", f"no test ran from {test}: check the file and the ::name\n{_tail(out)}"
-            )
-        if rc == 0 and outcome.get("test_regression") == "skipped":
-            raise GradeFailure(
-                "no-test", f"{test} was skipped at the pin, not run: a skipped test proves nothing"
-            )
-        if rc not in (0, 1, 2):
-            raise GradeFailure("setup", f"pytest could not run (exit {rc}); its output:\n{_tail(out)}")
-        if rc == 0:
-            raise GradeFailure(
-                "passes-before",
-                f"{test} passes on the pinned files: it does not reproduce the defect, so it is not a "
-                "regression test. Make it exercise the failing path (the default, the -1 row, ...)",
-            )
-        report.before = "failed" if rc == 1 else f"error (pytest exit {rc})"
-
-        rc, out, outcome = _stage(scratch, package, patched, name, checks, env)
-        report.after = outcome.get("test_regression", "error")
-        if report.after != "passed":
-            raise GradeFailure(
-                "fails-after",
-                f"{test} still fails with your patch applied: the patch does not fix it\n{_tail(out)}",
-            )
-        for c in checks:
-            report.nearby[c.stem] = outcome.get(c.stem, "not run")
-        broken = [k for k, v in report.nearby.items() if v != "passed"]
-        if broken or rc != 0:
-            raise GradeFailure(
-                "breaks-nearby",
-                f"your patch breaks the nearby checks {', '.join(broken) or '(see output)'}: "
-                f"the fix changed behaviour that was right\n{_tail(out)}",
-            )
+        before_dir, after_dir = Path(tmp) / "before", Path(tmp) / "after"
+        before_sel = prepare_stage(before_dir, package, pinned, test_path, name, [])
+        after_sel = prepare_stage(after_dir, package, patched, test_path, name, checks)
+        # both children at once (two cores: half the wall time); the verdict still reads before first
+        running = [start_pytest(before_dir, before_sel), start_pytest(after_dir, after_sel)]
+        try:
+            judge_before(report, test, finish_pytest(running[0], before_dir, env))
+            judge_after(report, test, finish_pytest(running[1], after_dir, env), checks)
+        finally:
+            for proc in running:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
     return report
 
 

@@ -2,7 +2,8 @@
 
 Every rule gets a submission that breaks it, and a good submission must pass while leaving the
 pinned tree and the installed package untouched. ``course/defect_grader_mutants/*.diff`` are
-plausible wrong graders (deltas against ``course/defect_grader.py``); each must fail one scenario.
+plausible wrong graders (deltas against ``course/defect_grader.py``); each must fail one scenario
+(marker ``slow``: ``make test-slow`` and CI run it).
 """
 
 from __future__ import annotations
@@ -223,6 +224,7 @@ def test_there_are_grader_mutants():
     assert len(MUTANTS) >= 4, [m.name for m in MUTANTS]
 
 
+@pytest.mark.slow  # ~2 s of child processes per mutant; make test-slow and CI's slow stage run it
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda p: p.stem)
 def test_every_grader_mutant_is_caught(mutant, tmp_path):
     g = load_mutant(mutant, tmp_path)

@@ -14,7 +14,8 @@ Nothing under ``upstream/`` or the installed ``vllm`` changes. Each run builds a
 a temporary folder: a real ``vllm/`` directory whose entries are symbolic links to the installed
 package, except along the path of each touched file, where the file is a real copy (pinned or
 patched). The scratch folder goes first on ``PYTHONPATH``, so the child ``pytest`` imports the copy;
-a ``conftest.py`` there refuses to run if ``vllm`` resolves anywhere else. Every child has a timeout.
+a ``conftest.py`` there refuses to run if ``vllm`` resolves anywhere else. The two children (pinned,
+patched) start together; every child has a timeout and writes no bytecode.
 """
 
 from __future__ import annotations

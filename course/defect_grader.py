@@ -45,6 +45,9 @@ NEARBY = {
 TIMEOUT_S = 120.0
 GIT_NOISE = ("diff --git ", "index ", "similarity index", "old mode", "new mode")
 
+PYTEST_INI = (
+    "[pytest]\nmarkers =\n    upstream: the course's marker for tests that need vllm (nothing to do here)\n"
+)
 SHADOW_CONFTEST = """\
 import importlib.util, os
 
@@ -247,7 +250,7 @@ def prepare_stage(
     """Fill ``stage``: the shadow guard, the test, the checks, a scratch ``vllm``; returns the selectors."""
     (stage / "pkg").mkdir(parents=True)
     (stage / "conftest.py").write_text(SHADOW_CONFTEST, encoding="utf-8")
-    (stage / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (stage / "pytest.ini").write_text(PYTEST_INI, encoding="utf-8")
     shutil.copyfile(test_path, stage / "test_regression.py")
     for c in checks:
         shutil.copyfile(c, stage / c.name)

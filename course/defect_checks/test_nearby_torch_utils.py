@@ -6,6 +6,7 @@ runs them again on a patched copy. They never rely on pinned memory, which a CPU
 
 import importlib
 import inspect
+import platform
 
 import numpy as np
 import pytest
@@ -27,6 +28,25 @@ def test_async_tensor_h2d_unpinned_keeps_values_dtype_and_device(dtype, tu):
     assert t.tolist() == data
     meta = tu.async_tensor_h2d(data, dtype, torch.device("meta"), False)  # the fourth argument, positionally
     assert meta.device.type == "meta" and meta.shape == (5,) and meta.dtype == dtype
+
+
+@pytest.mark.skipif("microsoft" in " ".join(platform.uname()).lower(), reason="WSL never pins")
+def test_async_tensor_h2d_default_pins_where_the_platform_can(tu, monkeypatch):
+    """A fix must not switch pinning off for everyone: where the platform can pin, the default pins.
+    (This host cannot pin, so the check records what was asked and builds the tensor unpinned.)"""
+    from vllm.utils import platform_utils
+
+    monkeypatch.setattr(platform_utils, "is_pin_memory_available", lambda: True)
+    asked, real = [], torch.tensor
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("pin_memory"))
+        return real(*args, **{**kwargs, "pin_memory": False})
+
+    monkeypatch.setattr(torch, "tensor", spy)
+    t = tu.async_tensor_h2d([1, 2], torch.int64, "cpu")
+    assert asked == [True], f"the default asked for pin_memory={asked}; a platform that can pin must get True"
+    assert t.tolist() == [1, 2]
 
 
 def test_async_tensor_h2d_keeps_its_parameters(tu):

@@ -23,7 +23,10 @@ from course import (
 )
 
 COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, minibuild, hint, book, lock)
-COMMANDS += (defect_grader,)  # Phase 19 lab 03's grader: `python -m course defect grade`
+
+
+# Phase 19 lab 03's grader, its own small subcommand: `python -m course defect grade`
+COMMANDS += (defect_grader,)
 
 
 def build_parser() -> argparse.ArgumentParser:

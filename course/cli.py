@@ -12,6 +12,7 @@ from course import (
     capstone,
     check_labs,
     citations,
+    defect_grader,
     gpucheck,
     grade,
     hint,
@@ -24,6 +25,10 @@ from course import (
 
 COMMANDS = (upstream, citations, check_labs, mutant, outputs, gpucheck, grade, minibuild, hint, book, lock)
 COMMANDS += (capstone,)  # Phase 19: capstone check, interview
+
+
+# Phase 19 lab 03's grader, its own small subcommand: `python -m course defect grade`
+COMMANDS += (defect_grader,)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -69,6 +69,18 @@ def test_completion_usage_and_length(client):
     assert r.usage.prompt_tokens == 5 and r.usage.completion_tokens == 7 and r.usage.total_tokens == 12
 
 
+def test_return_token_ids_carries_the_prompt_and_the_choices_ids(server):
+    body = {"prompt": "Hello", "max_tokens": 5, "temperature": 0, "ignore_eos": True, "n": 2, "seed": 1}
+    code, plain = _post(server, "/v1/completions", body)
+    assert code == 200 and "token_ids" not in plain["choices"][0], "only on request"
+    code, r = _post(server, "/v1/completions", {**body, "return_token_ids": True})
+    assert code == 200
+    for c in r["choices"]:
+        assert c["prompt_token_ids"] == list(b"Hello"), "the toy's byte tokenizer: one id per byte"
+        assert len(c["token_ids"]) == 5 and bytes(c["token_ids"]).decode(errors="replace") == c["text"]
+    assert r["usage"]["completion_tokens"] == sum(len(c["token_ids"]) for c in r["choices"])
+
+
 def test_streamed_deltas_equal_the_whole_text(client):
     kw = dict(model="mini-toy", prompt="The scheduler", max_tokens=24, temperature=0)
     whole = client.completions.create(**kw).choices[0].text

@@ -47,6 +47,7 @@ class SamplingFields(OpenAIBaseModel):
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[int]
+    return_token_ids: bool = False  # vLLM's extension: each choice also carries the token ids
 
 
 class FunctionDef(OpenAIBaseModel):

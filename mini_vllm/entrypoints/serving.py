@@ -282,17 +282,22 @@ class OpenAIServing:
         head = {"id": rid, "object": "text_completion", "created": created, "model": self.model.name}
         usage = lambda: _usage(n_prompt, states)  # noqa: E731
         if not req.stream:
-            texts = [""] * len(states)
+            texts, ids = [""] * len(states), [[] for _ in states]
             async for i, d in _chain(first, gen):
                 if states[i].finish_reason is not None:  # stopped on a stop string; its abort follows
                     continue
                 texts[i] += states[i].push(d)[1]
+                ids[i] += d.new_token_ids
                 if states[i].finish_reason is not None and not d.finished:
                     self.model.llm.abort(d.request_id)
             choices = [
                 {"index": i, "text": texts[i], "logprobs": None, "finish_reason": s.finish_reason}
                 for i, s in enumerate(states)
             ]
+            if req.return_token_ids:  # what a prefill/decode proxy needs to hand the prompt on
+                prompt_ids = self.model.encode(prompt) if isinstance(prompt, str) else list(prompt)
+                for c in choices:
+                    c.update(prompt_token_ids=prompt_ids, token_ids=ids[c["index"]])
             return {**head, "choices": choices, "usage": usage()}
 
         async def stream() -> AsyncIterator[str]:

@@ -189,6 +189,7 @@ def test_a_draw_landing_exactly_on_a_cumulative_probability_picks_the_next_token
         f"draw u = {u} with {knobs}: got token {got[0]}, want {want}: count the cumulative "
         "probabilities <= u (a draw on a boundary belongs to the next token)"
     )
-    batch = Sampler().sample_batch(np.array([logits, logits]), [params, SamplingParams(temperature=1.0)],
-                                   [FixedDraw(u), FixedDraw(u)])
+    batch = Sampler().sample_batch(
+        np.array([logits, logits]), [params, SamplingParams(temperature=1.0)], [FixedDraw(u), FixedDraw(u)]
+    )
     assert batch[0] == want, "the same draw in a batch of two must pick the same token"

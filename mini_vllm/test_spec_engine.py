@@ -472,7 +472,13 @@ def test_constrained_drafts_are_trimmed_to_the_grammar_and_output_is_unchanged(p
 
 
 @pytest.mark.parametrize(
-    "knobs", [{"temperature": 0.3}, {"temperature": 0.3, "top_k": 5}, {"temperature": 1.7, "top_p": 0.8}]
+    "knobs",
+    [
+        {"temperature": 0.3},
+        {"temperature": 0.3, "top_k": 5},
+        {"temperature": 1.7, "top_p": 0.8},
+        {"temperature": 0.6, "min_p": 0.05},
+    ],
 )
 def test_verify_rows_use_the_requests_temperature_and_filters(monkeypatch, knobs):
     """Every draft row the rejection sampler verifies must carry the distribution the sampler
@@ -502,6 +508,8 @@ def test_verify_rows_use_the_requests_temperature_and_filters(monkeypatch, knobs
     for raw_rows, target in verified:
         for raw, got in zip(raw_rows, target, strict=True):
             x = raw / knobs["temperature"]
+            if "min_p" in knobs:  # drop tokens below min_p times the top probability
+                x = np.where(np.exp(x - x.max()) >= knobs["min_p"], x, -np.inf)
             if "top_k" in knobs:
                 x = np.where(x >= np.sort(x)[-knobs["top_k"]], x, -np.inf)
             want = np.exp(x - x.max())

@@ -170,3 +170,34 @@ def test_each_beam_step_is_one_engine_request_per_beam_with_upstreams_params():
         )
         assert all(p[:2] == [97, 98] and len(p) == 2 + step for p in prompts), "a beam's request is its whole sequence"
     assert all(len(s.tokens) == 5 for s in out.sequences), "with ignore_eos every beam runs max_tokens steps"
+
+
+def test_each_beams_sampled_token_is_a_candidate_even_outside_the_top(monkeypatch):
+    # upstream's candidates are the returned logprobs: the sampled token first, then the 2 * width
+    # likeliest. Force every sampled token to one far down the row and check it is scored.
+    from mini_vllm import beam_search as module
+
+    eng = LLMEngine(seed=1)
+    generate, made, asked = eng.generate, [], []
+
+    def unlikely(prompts, params):
+        outs = generate(prompts, params)
+        for prompt, out in zip(prompts, outs):
+            tok = int(np.argsort(logprobs(prompt), kind="stable")[0])  # the least likely token
+            out.outputs[0].token_ids[0] = tok
+            asked.append([*prompt, tok])
+        return outs
+
+    class Recorded(module.BeamSearchSequence):
+        def __init__(self, tokens, cum_logprob=0.0, text=None):
+            super().__init__(tokens, cum_logprob, text)
+            made.append(list(tokens))
+
+    eng.generate = unlikely
+    monkeypatch.setattr(module, "BeamSearchSequence", Recorded)
+    eng.beam_search(["ab"], BeamSearchParams(beam_width=2, max_tokens=3, temperature=1.3, ignore_eos=True))
+    missing = [seq for seq in asked if seq not in made]
+    assert asked and not missing, (
+        f"the sampled tokens of {missing} were never scored as candidates: each beam's candidates are "
+        "its sampled token and then the 2 * beam_width likeliest"
+    )

@@ -133,3 +133,21 @@ def test_request_hashed_at_another_block_size_is_refused():
     r = Request("a", list(range(8)), block_hasher=get_request_block_hasher(8))
     with pytest.raises(ValueError, match="block"):
         kv.get_computed_blocks(r)
+
+
+def test_lookup_stops_at_the_first_miss():
+    # the head block's hash leaves the index while later blocks stay cached: a block after a miss
+    # must not count (its KV belongs after tokens that are not cached), the hit is the prefix before it
+    kv = kvm(20, 4)
+    a = req("a", list(range(13)))
+    admit(kv, a)
+    ids = kv.get_block_ids("a")
+    kv.free(a)
+    pool = kv.block_pool
+    for victim, want in ((1, 4), (0, 0)):
+        assert pool._maybe_evict_cached_block(pool.blocks[ids[victim]]), "the block was cached"
+        hits, num_hit = kv.get_computed_blocks(req("b", list(range(13))))
+        assert num_hit == want and [b.block_id for b in hits] == ids[: want // 4], (
+            f"block {victim} of 3 evicted: {num_hit} tokens hit ({[b.block_id for b in hits]}), want {want}: "
+            "stop the lookup at the first miss, later blocks cannot be used without it"
+        )

@@ -498,3 +498,29 @@ def test_request_checks_its_images():
     r = _request("r", 60, [feat("a", 10, 20)])
     assert r.has_encoder_inputs and r.mm_features == (feat("a", 10, 20),)
     assert not _request("t", 5, ()).has_encoder_inputs
+
+
+def test_scheduler_max_loras_counts_only_running_requests_scheduled_this_step():
+    # LoRA meets images: r1 (adapter 1) stops at its image's doorstep in step 1 and runs nothing, so
+    # it holds no adapter slot that step; w (adapter 2) is admitted beside r2 (base model), as
+    # upstream counts the adapters of the scheduled running requests only.
+    from mini_vllm import Request, SamplingParams
+    from mini_vllm.lora import LoRARequest
+
+    sched = _scheduler(token_budget=100, encoder_budget=40, cache_size=40, caching=False,
+                       long_prefill_token_threshold=16, enable_lora=True, max_loras=1)
+    r1 = _request("r1", 64, (feat("i1", 16, 40),))
+    r1.lora_request = LoRARequest("a1", 1)
+    sched.add_request(r1)
+    sched.add_request(_request("r2", 64, (feat("i2", 0, 40),)))
+    w = Request("w", list(range(2000, 2008)), SamplingParams(max_tokens=1, ignore_eos=True),
+                lora_request=LoRARequest("a2", 2))
+    sched.add_request(w)
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r1": 16, "r2": 16}, f"step 0: w waits, adapter 1 holds the one slot: {out}"
+    out = _step(sched)
+    assert out.num_scheduled_tokens == {"r2": 16, "w": 8}, (
+        "step 1: r1 is running but not scheduled (at its doorstep), so its adapter takes no slot and w "
+        f"(adapter 2) fits max_loras=1: count the adapters of the running requests scheduled this step: "
+        f"{out.num_scheduled_tokens}"
+    )

@@ -156,3 +156,20 @@ def test_children_share_the_prompt_blocks_through_the_prefix_cache(caching):
     assert used == n * per_child - (n - 1) * shared, f"{used} blocks in use: the prompt's blocks must be allocated once"
     stats = kv.make_prefix_cache_stats()
     assert (stats.queries, stats.hits) == ((n * prompt_len, (n - 1) * shared * block_size) if caching else (0, 0))
+
+
+def test_unseeded_requests_and_children_each_draw_their_own_stream():
+    # identical prompts, none seeded: request 1 and child 1 of request 0 would share a stream if
+    # the engine keyed generators on the child index, the prompt or the engine seed alone
+    eng = LLMEngine(seed=5)
+    sp = SamplingParams(max_tokens=12, ignore_eos=True)
+    outs = eng.generate(["same prompt"] * 3, [SamplingParams(n=3, max_tokens=12, ignore_eos=True), sp, sp])
+    streams = {f"{o.request_id}/child {c.index}": tuple(c.token_ids) for o in outs for c in o.outputs}
+    assert len(streams) == 5
+    seen: dict[tuple, str] = {}
+    for name, tokens in streams.items():
+        assert tokens not in seen, (
+            f"{name} drew exactly the tokens of {seen.get(tokens)}: every unseeded request and child "
+            "needs its own stream (request: engine seed + its index; child: [engine seed + index, i])"
+        )
+        seen[tokens] = name

@@ -157,3 +157,39 @@ def test_low_temperature_concentrates_mass():
 def test_sampler_rejects_bad_logits(logits):
     with pytest.raises(ValueError):
         Sampler().sample(logits, SamplingParams())
+
+
+class FixedDraw(np.random.Generator):
+    """A generator whose uniform draw is chosen by the test (the sampler draws one per row)."""
+
+    def __init__(self, u):
+        super().__init__(np.random.PCG64(0))
+        self.u = u
+
+    def random(self, *args, **kwargs):
+        return self.u
+
+
+@pytest.mark.parametrize(
+    ("knobs", "logits"),
+    [
+        ({}, [0.0, 0.0, 0.0, 0.0]),  # whole-row path: cumulative 0.25, 0.5, 0.75, 1 exactly
+        ({"top_k": 4}, [0.0, 0.0, 0.0, 0.0, -30.0, -30.0]),  # the top-k fast path, same four
+        ({"top_p": 0.75}, [0.0, 0.0, 0.0, 0.0, -30.0, -30.0]),  # top-p: keeps four, renormalised
+        ({"temperature": 0.5, "min_p": 0.5}, [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]),
+    ],
+)
+@pytest.mark.parametrize(("u", "want"), [(0.0, 0), (0.25, 1), (0.5, 2), (0.75, 3), (0.7499999, 2)])
+def test_a_draw_landing_exactly_on_a_cumulative_probability_picks_the_next_token(knobs, logits, u, want):
+    # the draw picks the first token whose cumulative probability is strictly above u: u = 0.5 on
+    # [0.25, 0.5, 0.75, 1] is token 2, never token 1 (a `<` where `<=` belongs picks the one before)
+    params = SamplingParams(**{"temperature": 1.0, **knobs})
+    got = Sampler().sample_batch(np.array([logits]), [params], [FixedDraw(u)])
+    assert list(got) == [want], (
+        f"draw u = {u} with {knobs}: got token {got[0]}, want {want}: count the cumulative "
+        "probabilities <= u (a draw on a boundary belongs to the next token)"
+    )
+    batch = Sampler().sample_batch(
+        np.array([logits, logits]), [params, SamplingParams(temperature=1.0)], [FixedDraw(u), FixedDraw(u)]
+    )
+    assert batch[0] == want, "the same draw in a batch of two must pick the same token"

@@ -9,6 +9,7 @@ after rejections, and speculation composes with preemption and prefix caching.
 import random
 import re
 
+import numpy as np
 import pytest
 
 from mini_vllm import (
@@ -468,3 +469,63 @@ def test_constrained_drafts_are_trimmed_to_the_grammar_and_output_is_unchanged(p
     )
     assert re.fullmatch(pattern, got.text) or got.finish_reason == "length", f"{got.text!r} breaks {pattern!r}"
     assert not engine.structured_output_manager.grammars, "a finished request's grammar must be freed"
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"temperature": 0.3},
+        {"temperature": 0.3, "top_k": 5},
+        {"temperature": 1.7, "top_p": 0.8},
+        {"temperature": 0.6, "min_p": 0.05},
+    ],
+)
+def test_verify_rows_use_the_requests_temperature_and_filters(monkeypatch, knobs):
+    """Every draft row the rejection sampler verifies must carry the distribution the sampler
+    would draw from: softmax(logits / T), then top-k / top-p, written here from the definitions
+    (not only at T = 1 or greedy, where a dropped temperature is invisible)."""
+    from mini_vllm import model_runner
+
+    captured = []
+    real_sample, real_reject = model_runner.GPUModelRunner._sample, model_runner.rejection_sample
+
+    def sample(self, logits, req_ids, first_rows, spec):
+        drafts = [spec.get(rid, []) for rid in req_ids]
+        rows = [first_rows[i] + j for i, d in enumerate(drafts) for j in range(len(d))]
+        captured.append([logits[r].astype(np.float64) for r in rows])
+        return real_sample(self, logits, req_ids, first_rows, spec)
+
+    def reject(draft_ids, num_draft, draft_probs, target_logits, *args, **kwargs):
+        captured[-1] = (captured[-1], np.array(target_logits, dtype=np.float64))
+        return real_reject(draft_ids, num_draft, draft_probs, target_logits, *args, **kwargs)
+
+    monkeypatch.setattr(model_runner.GPUModelRunner, "_sample", sample)
+    monkeypatch.setattr(model_runner, "rejection_sample", reject)
+    params = SamplingParams(max_tokens=40, seed=3, ignore_eos=True, **knobs)
+    run(["abcabcabc", "hello hello"], params, spec=NGRAM, block_size=4, num_gpu_blocks=200)
+    verified = [c for c in captured if isinstance(c, tuple)]
+    assert verified, "no draft was verified: the test needs repetitive prompts"
+    for raw_rows, target in verified:
+        for raw, got in zip(raw_rows, target, strict=True):
+            x = raw / knobs["temperature"]
+            if "min_p" in knobs:  # drop tokens below min_p times the top probability
+                x = np.where(np.exp(x - x.max()) >= knobs["min_p"], x, -np.inf)
+            if "top_k" in knobs:
+                x = np.where(x >= np.sort(x)[-knobs["top_k"]], x, -np.inf)
+            want = np.exp(x - x.max())
+            want /= want.sum()
+            if "top_p" in knobs:
+                order = np.argsort(-want, kind="stable")
+                keep = np.cumsum(want[order]) - want[order] < knobs["top_p"]
+                mask = np.zeros_like(want, dtype=bool)
+                mask[order[keep]] = True
+                want = np.where(mask, want, 0.0)
+                want /= want.sum()
+            with np.errstate(invalid="ignore"):
+                have = np.exp(got - got.max())
+            have /= have.sum()
+            np.testing.assert_allclose(
+                have, want, atol=1e-9,
+                err_msg=f"a verified draft row's target distribution is not the sampler's at {knobs}: "
+                "divide by the request's temperature and apply its filters before rejection sampling",
+            )

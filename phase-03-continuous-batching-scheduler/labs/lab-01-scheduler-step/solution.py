@@ -67,9 +67,11 @@ def schedule_step(
     """Decide one step: ``{request_id: tokens}`` in scheduling order (running first).
 
     Phase A, RUNNING in list order: clamp how far each request is behind, skip it if that is 0,
-    reserve the slots, charge the budget. Phase B, WAITING front first, while there is budget and
-    ``len(running) < max_num_seqs``: clamp, reserve; the first refusal stops admission (``break``:
-    head-of-line blocking); an admitted request moves from ``waiting`` to the end of ``running``.
+    reserve the slots (a running request whose slots do not fit raises ``RuntimeError``: without
+    preemption, lab 04's job, there is no right answer), charge the budget. Phase B, WAITING front
+    first, while there is budget and ``len(running) < max_num_seqs``: clamp, reserve; the first
+    refusal stops admission (``break``: head-of-line blocking); an admitted request moves from
+    ``waiting`` to the end of ``running``.
     Counters are not advanced here: the engine does that after the model runs.
     """
     budget = max_num_batched_tokens

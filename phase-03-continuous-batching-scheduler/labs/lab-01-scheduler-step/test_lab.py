@@ -146,3 +146,23 @@ def test_max_num_seqs_counts_running_requests_with_nothing_to_do():
         f"scheduled this step, got {out}: compare len(running), not the number scheduled, with max_num_seqs"
     )
     assert len(running) == 2
+
+
+def test_running_request_that_cannot_fit_raises():
+    # without preemption (lab 04) a running request whose next chunk does not fit has no right
+    # answer: skipping it silently would starve it and let the waiters behind take its memory
+    running = [lab.Req("a", 10, 0), lab.Req("big-b", 10, 0)]
+    waiting = deque([lab.Req("w", 3, 0)])
+    kv = lab.FakeKV(15)
+    try:
+        out = lab.schedule_step(running, waiting, kv, 2048, 128)
+    except NotImplementedError:
+        raise
+    except RuntimeError as exc:
+        assert "big-b" in str(exc), f"the error should name the request that does not fit (big-b): {exc}"
+    else:
+        raise AssertionError(
+            f"a has 10 slots, big-b needs 10 of the 5 left: schedule_step returned {out} instead of raising "
+            "RuntimeError; a running request that cannot fit must not be skipped silently"
+        )
+    assert [r.request_id for r in waiting] == ["w"], "no waiter is admitted in a step that raised"

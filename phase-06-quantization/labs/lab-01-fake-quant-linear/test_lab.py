@@ -139,3 +139,14 @@ def test_exact_ties_round_half_to_even():
         f"ties must round half to EVEN (2.5 -> 2, -2.5 -> -2, 0.5 -> 0, 1.5 -> 2, 126.5 -> 126), as np.round and "
         f"torch.round do; got {q.tolist()}. floor(x + 0.5) rounds every tie up and biases the weights"
     )
+
+
+def test_zero_row_stays_zero_at_every_bit_width():
+    W = _gaussian(4, (4, 16))
+    W[1] = 0.0
+    for bits in (8, 4, 2):
+        out = lab.quantize_bits(W, bits)
+        assert np.all(np.isfinite(out)) and not out[1].any(), (
+            f"quantize_bits(W, {bits}) turned the all-zero row 1 into {out[1][:4]}...: use scale 1 for an "
+            "all-zero row at every bit width, as quantize_per_channel does"
+        )

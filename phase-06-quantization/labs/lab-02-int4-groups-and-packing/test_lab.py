@@ -140,3 +140,23 @@ def test_group_scale_overhead_is_the_tradeoff():
     )
     assert o16 == 0.25, f"group 16: 16 / 16 = 1 bit per weight on 4 bits = 25%, got {o16:.4%} (8x group 128's 3.125%)"
     assert lab.scale_overhead(128, weight_bits=8) == 0.015625, "the same scales on int8 weights cost 0.125 / 8 = 1.5625%"
+
+
+def test_all_zero_and_underflowing_groups_get_scale_one():
+    # group 0 is all zero (max 0 -> scale 0 -> 0 / 0); group 1's max / 7 underflows float16 to 0:
+    # both must store scale 1 and quantize to zeros, with no NaN and no division warning
+    W = np.array([[0.0, 0.0, 0.0, 0.0, 1e-9, -1e-9, 0.0, 1e-10, 7.0, 1.0, -3.5, 0.0]], dtype=np.float32)
+    with np.errstate(divide="raise", invalid="raise"):
+        try:
+            q, s = lab.quantize_grouped(W, 4)
+        except FloatingPointError as exc:
+            raise AssertionError(
+                f"quantizing an all-zero group raised {exc}: max|group| = 0 gives scale 0 and 0 / 0; "
+                "replace a zero stored scale by 1 before dividing"
+            ) from None
+    assert s[0].tolist() == [1.0, 1.0, 1.0], (
+        f"scales {s[0].tolist()}: an all-zero group and one whose scale underflows float16 store 1.0, "
+        "the third group 7 / 7 = 1.0"
+    )
+    assert q[0, :8].tolist() == [0] * 8, f"those two groups must quantize to zeros, got {q[0, :8].tolist()}"
+    assert np.all(np.isfinite(lab.dequantize_grouped(q, s, 4))), "the round trip must stay finite"

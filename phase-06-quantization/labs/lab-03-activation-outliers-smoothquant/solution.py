@@ -38,7 +38,7 @@ def fake_quant(T: np.ndarray) -> np.ndarray:
 
 
 def fake_quant_per_channel(W: np.ndarray) -> np.ndarray:
-    """Per-output-row int8 round trip of ``W`` (out, in): ``s[o] = max|W[o]| / 127``."""
+    """Per-output-row int8 round trip of ``W`` (out, in): ``s[o] = max|W[o]| / 127`` (1 for an all-zero row)."""
     s = np.abs(W).max(axis=1, keepdims=True) / QMAX
     s[s == 0] = 1.0
     return np.clip(np.round(W / s), -QMAX, QMAX) * s

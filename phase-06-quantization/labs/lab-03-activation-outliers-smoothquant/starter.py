@@ -43,7 +43,7 @@ def fake_quant(T: np.ndarray) -> np.ndarray:
 
 
 def fake_quant_per_channel(W: np.ndarray) -> np.ndarray:
-    """Per-output-row int8 round trip of ``W`` (out, in): ``s[o] = max|W[o]| / 127``."""
+    """Per-output-row int8 round trip of ``W`` (out, in): ``s[o] = max|W[o]| / 127`` (1 for an all-zero row)."""
     raise NotImplementedError(
         "fake_quant_per_channel: lab-01's per-channel round trip: one scale per OUTPUT row of W "
         '(reduce over the input axis, keep the dimension so it broadcasts), zero rows -> 1, round '

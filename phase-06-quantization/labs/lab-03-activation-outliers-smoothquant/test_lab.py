@@ -131,3 +131,22 @@ def test_migration_actually_moved_the_magnitude():
         f"the loudest-to-median channel-max ratio of X should collapse by > 5x, got {before:.1f} -> {after:.1f}"
     )
     assert np.abs(Wh).max() > np.abs(W).max(), "the loudness has to go somewhere: max|W_hat| must exceed max|W|"
+
+
+def test_all_zero_tensor_and_weight_row_quantize_to_zero():
+    # max|T| = 0 gives scale 0 and 0 / 0: the convention is scale 1, so zeros come back as zeros
+    X = np.zeros((4, 8))
+    W = np.random.default_rng(3).standard_normal((5, 8))
+    W[2] = 0.0  # a pruned output row
+    with np.errstate(divide="raise", invalid="raise"):
+        try:
+            q, scale = lab.quantize_per_tensor(X)
+            Y = lab.w8a8_matmul(np.ones((2, 8)), W)
+        except FloatingPointError as exc:
+            raise AssertionError(
+                f"an all-zero tensor or weight row raised {exc}: a zero scale divides 0 by 0; use scale 1 there"
+            ) from None
+    assert scale == 1.0 and not q.any(), f"an all-zero tensor has scale 1.0 and quantizes to zeros, got {scale}"
+    assert np.all(np.isfinite(Y)) and np.all(Y[:, 2] == 0.0), (
+        f"the all-zero weight row must give a zero output column, got {Y[:, 2]}"
+    )

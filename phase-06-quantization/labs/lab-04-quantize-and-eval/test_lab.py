@@ -136,3 +136,17 @@ def test_fp8_scales_activations_per_token():
         f"token pushes it below e4m3's smallest values. Quantize x with one scale per token (dim=-1), as vLLM's "
         f"dynamic fp8 scheme does"
     )
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8", "fp8-w8a16", "int4-g32"])
+def test_a_pruned_output_row_stays_zero_in_every_format(fmt):
+    # an all-zero weight row has max 0: every format must give it scale 1 (zeros stay zeros), never 0 / 0
+    g = torch.Generator().manual_seed(9)
+    w = torch.randn(8, 128, generator=g) / 128**0.5
+    w[3] = 0.0
+    x = torch.randn(4, 128, generator=g)
+    y = lab.QuantLinear(w, lab.get_quant_method(fmt))(x)
+    assert torch.isfinite(y).all() and (y[:, 3] == 0).all(), (
+        f"{fmt}: the all-zero weight row 3 gave output column {y[:, 3].tolist()}: a zero max needs scale 1, "
+        "not max / qmax = 0 (and 0 / 0 = NaN)"
+    )

@@ -95,6 +95,23 @@ def test_every_operand_strided_non_square_tiles():
     )
 
 
+
+@pytest.mark.triton
+def test_nothing_past_k_is_read_even_when_it_is_nan():
+    # A and B are K = 19 slices of buffers whose memory past the slice holds NaN: a tile load not
+    # masked in K reads it, and NaN * 0 (the other operand's masked zero) is still NaN
+    a_buf = torch.full((37, 32), float("nan"))
+    a_buf[:, :19] = _rand(37, 19, seed=21)
+    b_buf = torch.full((32, 23), float("nan"))
+    b_buf[:19] = _rand(19, 23, seed=22)
+    a, b = a_buf[:, :19], b_buf[:19]
+    c = lab.matmul(a, b)
+    bad = int(torch.isnan(c).sum())
+    assert bad == 0 and (c - a @ b).abs().max().item() < 1e-4, (
+        f"{bad} NaN outputs for a (37 x 19, row stride {a.stride(0)}) @ b (19 x 23): a load read past K, where "
+        "the buffer holds NaN; mask BOTH tiles with k < K (A: rows and k, B: k and cols), not only B's"
+    )
+
 def _huge_fp16(n):
     """n fp16 elements; on CPU an untouched anonymous mapping, so only the pages written cost memory."""
     if torch.cuda.is_available():

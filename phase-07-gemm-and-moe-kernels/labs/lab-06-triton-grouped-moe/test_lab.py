@@ -156,6 +156,29 @@ def test_every_operand_strided_other_block_sizes():
     )
 
 
+
+@pytest.mark.triton
+def test_nothing_past_k_is_read_even_when_it_is_nan():
+    # K = 20 with 16-wide K steps: x and each expert's weight are slices of buffers that hold NaN past
+    # K, so a load not masked in k < K turns rows NaN even though the other operand's mask gives 0
+    g = torch.Generator().manual_seed(31)
+    ids = torch.tensor([[0, 1], [1, 2], [2, 0], [3, 1], [0, 3]])
+    n, k_dim, f = ids.numel(), 20, 24
+    x_buf = torch.full((5, 32), float("nan"))
+    x_buf[:, :k_dim] = torch.randn(5, k_dim, generator=g)
+    w_buf = torch.full((E, 32, f), float("nan"))
+    w_buf[:, :k_dim] = torch.randn(E, k_dim, f, generator=g)
+    x, w = x_buf[:, :k_dim], w_buf[:, :k_dim]
+    out = torch.zeros(n, f)
+    s, e, n_post = lab.moe_align(ids, E, 16)
+    lab.invoke_grouped_gemm(x, w, out, s, e, n_post, top_k=K, num_valid=n)
+    want = torch.stack([x[i // K] @ w[int(ids.reshape(-1)[i])] for i in range(n)])
+    bad = int(torch.isnan(out).sum())
+    assert bad == 0 and (out - want).abs().max().item() < 1e-4, (
+        f"{bad} NaN outputs: a load read past K = {k_dim}, where the buffers hold NaN; mask k < K on the "
+        "activation tile AND the weight tile, not only one of them"
+    )
+
 def _huge_fp16(n):
     """n fp16 elements; on CPU an untouched anonymous mapping, so only the pages written cost memory."""
     if torch.cuda.is_available():

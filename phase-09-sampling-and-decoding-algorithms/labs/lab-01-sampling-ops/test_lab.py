@@ -205,3 +205,26 @@ def test_every_parameter_agrees_with_mini_vllm():
         )
         got = lab.sample(x, params, [np.random.default_rng(trial + i) for i in range(4)], outs, prompts, 1)
         assert got == want, f"trial {trial}: your pipeline drew {got}, mini_vllm's Sampler {want} ({params})"
+
+
+class FixedDraw(np.random.Generator):
+    """A generator whose uniform draw the test chooses."""
+
+    def __init__(self, u):
+        super().__init__(np.random.PCG64(0))
+        self.u = u
+
+    def random(self, *args, **kwargs):
+        return self.u
+
+
+@pytest.mark.parametrize(("u", "want"), [(0.0, 0), (0.25, 2), (0.4999999, 2), (0.5, 3), (0.75, 4)])
+def test_a_draw_exactly_on_a_cumulative_probability_picks_the_next_token(u, want):
+    # cumulative probabilities 0.25, 0.25, 0.5, 0.75, 1 exactly (token 1 is banned): u = 0.25 is
+    # past token 0 and can never pick the zero-probability token 1
+    x = np.array([[0.0, -np.inf, 0.0, 0.0, 0.0]])
+    got = lab.sample(x, [SamplingParams(temperature=1.0)], [FixedDraw(u)])
+    assert got == [want], (
+        f"draw u = {u}: got token {got}, want [{want}]: the token is the first whose cumulative "
+        "probability is strictly above u (count the cumulative probabilities <= u, not < u)"
+    )

@@ -155,3 +155,14 @@ def test_fixed_forward_cpu_keeps_the_fast_path_and_the_top_k(ops):
         )
         tokens |= set(out.tolist())
     assert tokens <= {0, 1}, "top-k=2 must still be applied before the draw"
+
+
+def test_unseeded_requests_with_one_prompt_draw_different_tokens():
+    s = lab.SeededSampler(engine_seed=3)
+    unseeded = SamplingParams()
+    pairs = [s.step(np.vstack([ROW, ROW]), [("a", unseeded), ("b", unseeded)]) for _ in range(10)]
+    a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+    assert a != b, (
+        f"two unseeded requests with the same logits drew the same 10 tokens {a}: an unseeded row "
+        "draws from the engine's one advancing generator, not a fresh stream of its own from a fixed seed"
+    )

@@ -182,3 +182,56 @@ def test_agrees_with_mini_vllm_grammar():
             assert json.loads(text) is not None and ('""' in text or "A" in text), (
                 f"{text!r}: only the subset's stricter keys may separate the two machines"
             )
+
+
+def in_subset(text):
+    """The subset written independently of the machine: ``json.loads`` plus the subset's rules."""
+    import re
+
+    def check(value):
+        if isinstance(value, dict):
+            return all(check(v) for v in value.values())
+        return type(value) is int and value >= 0
+
+    def pairs(items):
+        if not all(re.fullmatch(r"[a-z0-9_]+", k) for k, _ in items):
+            raise ValueError("key outside the subset")
+        return dict(items)
+
+    try:
+        return check(json.loads(text, object_pairs_hook=pairs))
+    except ValueError:
+        return False
+
+
+def test_every_allowed_character_can_be_fed_and_accepting_means_valid():
+    # allowed() and feed() state one rule twice. Every text up to 8 characters reachable through
+    # allowed() (with one digit, one key letter and every punctuation mark standing for their
+    # classes): each allowed character must be accepted by feed(), and accepting() must hold exactly
+    # when the text is a document of the subset (so '{""":1}' can never be reached and accepted)
+    import copy
+
+    reps = set('{}":,01a')
+    frontier, seen = [(lab.JsonMachine(), "")], 0
+    for _ in range(8):
+        grown = []
+        for m, text in frontier:
+            for ch in sorted(m.allowed()):
+                child = copy.deepcopy(m)
+                try:
+                    child.feed(ch)
+                except ValueError as exc:
+                    raise AssertionError(
+                        f"allowed() after {text!r} offers {ch!r} but feed() refuses it ({exc}): one rule, two copies"
+                    ) from None
+                if ch not in reps:
+                    continue
+                seen += 1
+                assert child.accepting() == in_subset(text + ch), (
+                    f"accepting() is {child.accepting()} after {text + ch!r}, but the text "
+                    f"{'is' if in_subset(text + ch) else 'is not'} a document of the subset: allowed() offered "
+                    "a character its transitions do not handle as that mode should"
+                )
+                grown.append((child, text + ch))
+        frontier = grown
+    assert seen > 500, f"only {seen} texts explored: is allowed() too narrow?"

@@ -304,3 +304,49 @@ def test_misconfigured_kv_transfer_is_refused_at_construction(checkpoint, tmp_pa
         DisaggProxy(producer, LLMEngine(model=checkpoint, block_size=BS, num_gpu_blocks=NB))
     with pytest.raises(ValueError, match="n=1"):
         DisaggProxy(producer, consumer).generate(prompts(), SamplingParams(n=2))
+
+
+def test_the_http_proxy_splits_a_request_over_two_servers(checkpoint, tmp_path):
+    """Two OpenAI servers (producer, consumer) behind ``build_proxy_app``, driven by the official
+    client: greedy text equals one engine's, the consumer loads the stored blocks, streams relay,
+    the prefill server's 4xx reaches the client, and no block is left on either side."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("uvicorn")
+    from mini_vllm.entrypoints.disagg_proxy import build_proxy_app
+    from mini_vllm.testing.live_server import LiveApp, LiveServer
+
+    def server(role):
+        cfg = KVTransferConfig("ExampleConnector", role, {"shared_storage_path": str(tmp_path)})
+        return LiveServer(checkpoint=checkpoint, served_model_name="m", block_size=BS, num_gpu_blocks=NB,
+                          kv_transfer_config=cfg)  # fmt: skip
+
+    producer, consumer = server("kv_producer"), server("kv_consumer")
+    proxy = LiveApp(build_proxy_app(producer.base_url, consumer.base_url), "the proxy")
+    try:
+        client = openai.OpenAI(base_url=proxy.base_url + "/v1", api_key="-", timeout=30, max_retries=0)
+        alone = LLMEngine(model=checkpoint, block_size=BS, num_gpu_blocks=NB)
+        for prompt in prompts()[2:]:  # 17, 32 and 40 tokens: one, two and two full blocks stored
+            r = client.completions.create(model="m", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0,
+                                          extra_body={"ignore_eos": True})  # fmt: skip
+            assert r.choices[0].text == alone.generate([prompt], GREEDY)[0].text, f"{len(prompt)}-token prompt"
+            assert r.usage.completion_tokens == MAX_TOKENS
+        loaded = consumer.engine.scheduler.num_external_computed_tokens
+        assert loaded == sum(align_to_block_size(n, BS) for n in LENGTHS[2:]), (
+            f"the consumer loaded {loaded} tokens from the store; the producer stored every full block"
+        )
+        kw = dict(model="m", prompt=prompts()[4], max_tokens=MAX_TOKENS, temperature=0, extra_body={"ignore_eos": True})
+        whole = client.completions.create(**kw).choices[0].text
+        chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == whole, "the relayed stream"
+        assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (LENGTHS[4], MAX_TOKENS), (
+            "the usage chunk counts the client's prompt and all its tokens (the first one came from the prefill)"
+        )
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model="m", prompt="hi", max_tokens=10**6)
+        for side in (producer, consumer):
+            assert side.wait_idle() and side.num_free_blocks() == NB - 1, "a block was left behind"
+    finally:
+        proxy.stop()
+        producer.stop()
+        consumer.stop()

@@ -123,6 +123,7 @@ class StatsRecorder:
         self.keep_history = keep_history
         self.history: list[tuple[SchedulerStats, IterationStats]] = []
         self.finished: list[FinishedRequestStats] = []  # every finished request so far
+        self.step_shapes: list[tuple[int, int]] = []  # (scheduled tokens, batch size) per step: mini's extra
         self._states: dict[str, RequestStateStats] = {}
         self._requests: dict[str, Any] = {}  # request id -> its Request (read after it finishes)
         self._last_output = None
@@ -169,6 +170,8 @@ class StatsRecorder:
         out = self._last_output
         if out is not None:
             it.num_preempted_reqs = len(out.preempted_req_ids)
+            if self.keep_history:
+                self.step_shapes.append((out.total_num_scheduled_tokens, len(out.num_scheduled_tokens)))
         for rid, state in list(self._states.items()):
             req = self._requests[rid]
             new = len(req.output_token_ids) - state.num_generation_tokens
@@ -212,6 +215,36 @@ class StatsRecorder:
         )
         self.finished.append(stats)
         return stats
+
+
+def sweep_budget(
+    prompts: list[str], budgets: list[int], max_tokens: int = 8, **engine_args: Any
+) -> list[tuple[int, int]]:
+    """``(budget, steps)`` for each ``max_num_batched_tokens``: every prompt queued at once, greedy."""
+    from .engine import LLMEngine
+    from .sampling_params import SamplingParams
+
+    out = []
+    for budget in budgets:
+        engine = LLMEngine(max_num_batched_tokens=budget, **engine_args)
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        engine.generate(prompts, params)
+        out.append((budget, engine.num_steps))
+    return out
+
+
+def find_knee(points: list[tuple[int, int]], min_gain: float = 0.05) -> int:
+    """The first budget past which a larger one saves less than ``min_gain`` of the steps.
+
+    ``points`` are ``(budget, steps)`` by rising budget. Past the knee, more budget buys almost
+    nothing: every prompt already fits, and the decode steps (one token each) set the length.
+    """
+    if not points:
+        raise ValueError("find_knee needs at least one (budget, steps) point")
+    for (budget, steps), (_, next_steps) in zip(points, points[1:]):
+        if steps - next_steps < min_gain * steps:
+            return budget
+    return points[-1][0]
 
 
 # ----------------------------------------------------------------------------- Prometheus

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from mini_vllm import LLMEngine, SamplingParams
-from mini_vllm.metrics import PrometheusStatLogger, StatsRecorder
+from mini_vllm.metrics import PrometheusStatLogger, StatsRecorder, find_knee, sweep_budget
 
 pytest.importorskip("prometheus_client")
 
@@ -167,3 +167,26 @@ def test_double_attach_refused():
         StatsRecorder(eng)
     rec.detach()
     StatsRecorder(eng)
+
+
+def test_step_shapes_and_budget_sweep():
+    clock = Clock()
+    eng = LLMEngine(num_gpu_blocks=64, block_size=4, max_num_batched_tokens=16)
+    rec = StatsRecorder(eng, clock=clock)
+    eng.add_request("z" * 40, greedy(3))
+    eng.add_request("w" * 4, greedy(3))
+    run(eng, clock)
+    assert rec.step_shapes == [(16, 1), (16, 1), (12, 2), (2, 2), (2, 2)], rec.step_shapes
+    prompts = ["p" * n for n in (200, 150, 100, 60, 30)]
+    points = sweep_budget(
+        prompts, [16, 32, 64, 128, 256, 512, 1024], max_tokens=8, num_gpu_blocks=64, block_size=16
+    )
+    steps = [s for _, s in points]
+    assert steps == sorted(steps, reverse=True), f"more budget never means more steps: {points}"
+    assert steps[0] > 2 * steps[-1], points
+    assert points[-3:] == [(256, 8), (512, 8), (1024, 8)], "8 output tokens: 8 steps is the floor"
+    assert find_knee(points) == 256, (
+        f"from budget 256 the last prompt chunks ride in steps the first requests' decodes run anyway: {points}"
+    )
+    with pytest.raises(ValueError):
+        find_knee([])

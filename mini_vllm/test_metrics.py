@@ -190,3 +190,36 @@ def test_step_shapes_and_budget_sweep():
     )
     with pytest.raises(ValueError):
         find_knee([])
+
+
+def test_gauges_mid_run_and_one_gap_per_step_with_speculation():
+    clock = Clock()
+    eng = LLMEngine(num_gpu_blocks=32, block_size=4, max_num_seqs=1)
+    prom = PrometheusStatLogger("m")
+    StatsRecorder(eng, clock=clock, loggers=[prom])
+    for rid in "abc":
+        eng.add_request("q" * 6, greedy(3), request_id=rid)
+    clock.now = 1.0
+    eng.step()
+    page = prom.render().decode()
+    assert 'vllm:num_requests_running{engine="0",model_name="m"} 1.0' in page
+    assert 'vllm:num_requests_waiting{engine="0",model_name="m"} 2.0' in page, "one runs, two wait"
+
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
+    eng = LLMEngine(num_gpu_blocks=64, block_size=4, speculative_config=spec)
+    prom = PrometheusStatLogger("m", spec_decoding=True)
+    rec = StatsRecorder(eng, clock=clock, loggers=[prom])
+    eng.add_request("abcabcabcabcabcabc", greedy(24))
+    run(eng, clock)
+    emitting_steps = sum(1 for _, it in rec.history if it.num_generation_tokens)
+    gaps = [g for _, it in rec.history for g in it.inter_token_latencies_iter]
+    assert len(gaps) == emitting_steps - 1 < 23, (
+        f"{len(gaps)} gaps over {emitting_steps} emitting steps: one gap per step that brought tokens, "
+        f"however many it brought (24 tokens in {emitting_steps} steps)"
+    )
+    drafts = sum(s.spec_decoding_stats.num_draft_tokens for s, _ in rec.history if s.spec_decoding_stats)
+    assert (
+        drafts > 0
+        and f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {drafts:.1f}'
+        in (prom.render().decode())
+    )

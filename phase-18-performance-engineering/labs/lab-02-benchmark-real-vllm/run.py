@@ -26,9 +26,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
-from course.runtime import load_lab  # noqa: E402
+from course.runtime.bench import this_lab  # noqa: E402
 
-lab = load_lab(HERE / "test_lab.py")  # LAB_IMPL=starter runs your summarize
+lab = this_lab(__file__)  # solution.py, or starter.py with LAB_IMPL=starter
 
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 # One change per row against the baseline (the server's defaults at the pin).

@@ -75,21 +75,9 @@ def apply_top_k_top_p(
     ``logits`` fp32 (B, V), any strides, left untouched. ``k`` int (B,) in [1, V] (V keeps the
     whole row) or None; ``p`` float (B,) in (0, 1] or None. Ties at either cut are all kept.
     """
-    if logits.dim() != 2 or logits.dtype != torch.float32:
-        raise ValueError(f"logits must be a 2-D float32 tensor, got {tuple(logits.shape)} {logits.dtype}")
-    batch, vocab = logits.shape
-    if k is not None:
-        if k.shape != (batch,):
-            raise ValueError(f"k must have shape ({batch},), got {tuple(k.shape)}")
-        if batch and (int(k.min()) < 1 or int(k.max()) > vocab):
-            raise ValueError(f"top-k values must lie in [1, {vocab}], got {k.tolist()}")
-    if p is not None:
-        if p.shape != (batch,):
-            raise ValueError(f"p must have shape ({batch},), got {tuple(p.shape)}")
-        if batch and (float(p.min()) <= 0.0 or float(p.max()) > 1.0):
-            raise ValueError(f"top-p values must lie in (0, 1], got {p.tolist()}")
     raise NotImplementedError(
-        "apply_top_k_top_p: allocate out (B, V) fp32, then launch top_k_top_p_kernel[(batch,)] with both "
+        "apply_top_k_top_p: refuse a non-2-D or non-float32 logits, k / p of the wrong shape, k outside [1, V] "
+        "and p outside (0, 1] with ValueError; allocate out (B, V) fp32, then launch top_k_top_p_kernel[(batch,)] with both "
         "tensors and their strides, k as int32 and p as float32 (any tensor as a dummy when None), vocab, "
         "TOPK / TOPP flags and BLOCK=block_size; return out"
     )

@@ -10,6 +10,8 @@ after each run to compare with the client's view.
 
     .venv/bin/python phase-18-performance-engineering/labs/lab-02-benchmark-real-vllm/run.py
     .venv/bin/python phase-18-performance-engineering/labs/lab-02-benchmark-real-vllm/run.py --quick
+    # the same method on the CPU engine (make engine): slower, tiny random-weight model
+    .venv/bin/python .../run.py --vllm .venv-engine/bin/vllm --model build/tiny-llama --quick
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ CONFIGS = {
     "gpu_mem_util=0.80": ["--gpu-memory-utilization", "0.80"],
 }
 PERCENTILES = [50, 99]
+
+
+VLLM = "vllm"  # the CLI; --vllm points at another one (the CPU engine's)
 
 
 def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -72,7 +77,7 @@ def server_ttft(url: str) -> tuple[float, float]:
 
 def bench(url: str, model: str, rate: float, num_prompts: int, out: Path, name: str) -> dict:
     cmd = [
-        "vllm",
+        VLLM,
         "bench",
         "serve",
         "--backend",
@@ -139,7 +144,7 @@ def run_config(name: str, extra: list[str], args, out: Path, rates: list[float])
     url = f"http://127.0.0.1:{args.port}"
     log = open(out / f"serve-{name}.log", "w")
     proc = subprocess.Popen(
-        ["vllm", "serve", args.model, "--port", str(args.port), *extra], stdout=log, stderr=log
+        [VLLM, "serve", args.model, "--port", str(args.port), *extra], stdout=log, stderr=log
     )
     rows = []
     try:
@@ -173,14 +178,20 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="baseline only, 60 prompts, one run per rate")
     p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--vllm", default="vllm", help="the vllm CLI to run (default: the one on PATH)")
     args = p.parse_args()
-    if shutil.which("vllm") is None:
-        raise SystemExit("no `vllm` on PATH: this script is for a GPU box with the GPU install (SETUP.md)")
+    global VLLM
+    VLLM = args.vllm
+    if shutil.which(VLLM) is None:
+        raise SystemExit(
+            f"no `{VLLM}`: run this on a GPU box with the GPU install (SETUP.md), or pass --vllm"
+        )
     if args.quick:
         args.num_prompts, args.repeats = 60, 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sh(["hf", "download", args.model], stdout=subprocess.DEVNULL)
+    if not Path(args.model).is_dir():  # a hub name: fetch it once (a local directory is used as is)
+        sh(["hf", "download", args.model], stdout=subprocess.DEVNULL)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
     print("\n== rate sweep, baseline: find the knee first ==")

@@ -160,6 +160,23 @@ class LLMEngine:
         """
         self.model_executor.shutdown()
 
+    # -- profiling (Phase 18) -----------------------------------------------------------------
+    def start_profile(self, profile_dir: str = "mini_vllm_profiles") -> None:
+        """Profile every call from now until ``stop_profile()`` (upstream: ``LLMEngine.start_profile``)."""
+        from .metrics import Profiler
+
+        if getattr(self, "profiler", None) is None or self.profiler.out_dir != profile_dir:
+            if getattr(self, "profiler", None) is not None and self.profiler.running:
+                raise RuntimeError("the profiler is already running: call stop_profile() first")
+            self.profiler = Profiler(profile_dir)
+        self.profiler.start()
+
+    def stop_profile(self) -> str:
+        """Stop profiling; returns the cProfile file written (open it with ``python -m pstats``)."""
+        if getattr(self, "profiler", None) is None:
+            raise RuntimeError("the profiler is not running: call start_profile() first")
+        return self.profiler.stop()
+
     def _check_alive(self) -> None:
         if self.model_executor.is_shut_down:
             raise RuntimeError("the engine is shut down (shutdown() was called or a worker died); build a new one")

@@ -5,12 +5,13 @@ Mirrors ``vllm/entrypoints/openai/api_server.py`` (``build_app``: routes, the
 ``server_utils.py`` that guards every ``/v1`` path) and ``vllm/entrypoints/utils.py``
 (``with_cancellation``: a non-streamed request whose client hangs up is cancelled, which aborts
 it in the engine; a streamed one is cancelled by Starlette's ``StreamingResponse``). Routes:
-``/health``, ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
+``/health``, ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/metrics`` (Prometheus
+text with vLLM's metric names, ``metrics.py``; unguarded by the API key, as upstream's).
 
 ``python -m mini_vllm serve [CHECKPOINT] [--host 127.0.0.1] [--port 8000] [--api-key KEY]``
 (``VLLM_API_KEY`` works too). Without a checkpoint (or with ``toy``) it serves mini's toy engine
 with the byte tokenizer; a checkpoint path goes to ``LLMEngine(model=...)`` once the engine can
-load one. Left out: ``/metrics`` (phase 18), ``/tokenize``, CORS, TLS, several API-server
+load one. Left out: ``/tokenize``, CORS, TLS, several API-server
 processes.
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .async_llm import AsyncLLM
@@ -122,6 +123,20 @@ def build_app(model: ServedModel, api_key: str | None = None) -> FastAPI:
             if model.llm.errored is None
             else _error("engine dead", "InternalServerError", 503)
         )
+
+    from ..metrics import PrometheusStatLogger, StatsRecorder
+
+    engine = model.llm.engine
+    recorder = getattr(engine, "stats_recorder", None) or StatsRecorder(engine, keep_history=False)
+    prometheus = PrometheusStatLogger(
+        model.name, spec_decoding=engine.vllm_config.speculative_config is not None
+    )
+    recorder.loggers.append(prometheus)
+    app.state.prometheus = prometheus
+
+    @app.get("/metrics")
+    async def metrics() -> Response:  # upstream mounts prometheus_client's ASGI app here
+        return Response(prometheus.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models")
     async def models() -> dict:

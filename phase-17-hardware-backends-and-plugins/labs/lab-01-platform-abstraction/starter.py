@@ -34,7 +34,8 @@ class Platform:
 def make_default_platforms() -> dict[str, Platform]:
     """A fresh registry with the two in-tree platforms (a new dict on every call)."""
     raise NotImplementedError(
-        "return a new dict: 'cpu' (torch_sdpa, float32+bfloat16, no graphs) and 'cuda' (flash_attn, float32+float16+bfloat16, graphs)"
+        "return a new dict: 'cpu' (torch_sdpa, float32+bfloat16, no graphs) and 'cuda' "
+        "(flash_attn, float32+float16+bfloat16, graphs)"
     )
 
 
@@ -53,7 +54,9 @@ def resolve_platform(
     as upstream refuses two activated plugins. Neither argument is modified.
     """
     raise NotImplementedError(
-        "override first (unknown: ValueError listing the names); then detected plugins, then detected in-tree accelerators (two at once: ValueError naming both); then 'cpu' (missing: LookupError)"
+        "override first (unknown: ValueError listing the names); then detected plugins, then "
+        "detected in-tree accelerators (two at once: ValueError naming both); then 'cpu' "
+        "(missing: LookupError)"
     )
 
 
@@ -69,7 +72,9 @@ def as_mini_platform(platform: Platform):
     its dtype negotiation is ``platform.check_dtype``, graph support is ``supports_graphs``.
     """
     raise NotImplementedError(
-        "subclass mini's TorchCpuPlatform or NumpyPlatform by MINI_BACKENDS[platform.attention_backend] (unknown: ValueError naming it), answering with the lab platform's name, dtypes, check_dtype and supports_graphs"
+        "subclass mini's TorchCpuPlatform or NumpyPlatform by "
+        "MINI_BACKENDS[platform.attention_backend] (unknown: ValueError naming it), answering "
+        "with the lab platform's name, dtypes, check_dtype and supports_graphs"
     )
 
 

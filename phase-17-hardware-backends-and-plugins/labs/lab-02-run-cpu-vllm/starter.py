@@ -57,7 +57,8 @@ def env_without_plugin(env: Mapping[str, str]) -> dict[str, str]:
     ``CUDA_VISIBLE_DEVICES`` is set to ``""`` so no GPU is probed. ``env`` is not modified.
     """
     raise NotImplementedError(
-        "copy env; drop every PLUGIN_DIR entry of PYTHONPATH (keep the rest, in order); set CUDA_VISIBLE_DEVICES=''"
+        "copy env; drop every PLUGIN_DIR entry of PYTHONPATH (keep the rest, in order); set "
+        "CUDA_VISIBLE_DEVICES=''"
     )
 
 
@@ -127,7 +128,9 @@ def config_under(platform_cls: type, kv_space_gib: int | None = None, block_size
 def snapshot(vllm_config: Any) -> dict[str, Any]:
     """The settings a platform may change, read from where vLLM keeps them."""
     raise NotImplementedError(
-        "read block_size and kv_cache_memory_bytes (cache_config), async_scheduling (scheduler_config), distributed_executor_backend and worker_cls (parallel_config), cudagraph_capture_sizes (compilation_config)"
+        "read block_size and kv_cache_memory_bytes (cache_config), async_scheduling "
+        "(scheduler_config), distributed_executor_backend and worker_cls (parallel_config), "
+        "cudagraph_capture_sizes (compilation_config)"
     )
 
 
@@ -152,7 +155,8 @@ def cpu_num_blocks(kv_space_bytes: int, block_size: int, bytes_per_token: int) -
 def num_params(cfg: Mapping[str, Any]) -> int:
     """Parameters of a Qwen2-shaped model (q/k/v biases, gated MLP, two norms per layer, tied head)."""
     raise NotImplementedError(
-        "embeddings + per layer (q with bias, k and v with bias, o, gate/up/down, two norms) + final norm (+ an untied head)"
+        "embeddings + per layer (q with bias, k and v with bias, o, gate/up/down, two norms) + "
+        "final norm (+ an untied head)"
     )
 
 

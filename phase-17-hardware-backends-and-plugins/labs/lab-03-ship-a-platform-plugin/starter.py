@@ -70,14 +70,16 @@ def register_vllm_model() -> None:
     General plugins may run in every process and more than once: register only if absent.
     """
     raise NotImplementedError(
-        "from vllm import ModelRegistry; register MODEL_ARCH as 'vllm.model_executor.models.llama:LlamaForCausalLM' unless it is already there"
+        "from vllm import ModelRegistry; register MODEL_ARCH as "
+        "'vllm.model_executor.models.llama:LlamaForCausalLM' unless it is already there"
     )
 
 
 def register_mini_model() -> None:
     """``mini_vllm.general_plugins``: the same architecture name, mini's Llama."""
     raise NotImplementedError(
-        "mini_vllm.models.registry.ModelRegistry: MODEL_ARCH -> 'mini_vllm.models.llama:LlamaForCausalLM', once"
+        "mini_vllm.models.registry.ModelRegistry: MODEL_ARCH -> "
+        "'mini_vllm.models.llama:LlamaForCausalLM', once"
     )
 
 
@@ -85,7 +87,8 @@ def register_mini_model() -> None:
 def entry_points(module: str) -> dict[str, dict[str, str]]:
     """``{group: {entry name: "module:function"}}`` for the four hooks above."""
     raise NotImplementedError(
-        "four groups: vllm.platform_plugins, vllm.general_plugins, mini_vllm.platform_plugins, mini_vllm.general_plugins; targets 'module:function'"
+        "four groups: vllm.platform_plugins, vllm.general_plugins, mini_vllm.platform_plugins, "
+        "mini_vllm.general_plugins; targets 'module:function'"
     )
 
 
@@ -98,7 +101,8 @@ def install_plugin(root: str | Path, module: str = "toyplat", version: str = "0.
     """Copy this file to ``root/<module>.py`` and write ``root/<module>-<version>.dist-info``
     (``METADATA`` with Name and Version, ``entry_points.txt``). Returns ``root``."""
     raise NotImplementedError(
-        "copy this file to root/<module>.py; write <module>-<version>.dist-info/METADATA (Metadata-Version, Name, Version) and entry_points.txt"
+        "copy this file to root/<module>.py; write <module>-<version>.dist-info/METADATA "
+        "(Metadata-Version, Name, Version) and entry_points.txt"
     )
 
 

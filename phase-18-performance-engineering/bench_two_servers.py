@@ -66,42 +66,15 @@ def run_client(base_url: str, model: str, requests: list, rate: float, tokenizer
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--num-prompts", type=int, default=40)
-    parser.add_argument("--rate", type=float, default=20.0, help="requests per second (Poisson)")
-    parser.add_argument("--input-len", type=int, default=64)
-    parser.add_argument("--output-len", type=int, default=32)
-    parser.add_argument("--slo-ttft-ms", type=float, default=500.0)
-    parser.add_argument("--profile", action="store_true", help="where mini's server time goes")
-    args = parser.parse_args(argv)
-
-    from course.runtime import engine, real_vllm  # noqa: F401  (tier-1 wiring: vLLM imports on CPU)
-
-    missing = engine.missing_reason()
-    if missing:
-        print(f"the real server needs tier 2: {missing}")
-        return 1
-    from transformers import AutoTokenizer
-    from vllm.benchmarks.datasets.datasets import RandomDataset
-
+def one_rate(args, rate, model_dir, requests, tokenizer, slo, engine):
+    """Mini's server, then the real one, at ``rate``: (mini's report, vLLM's, profile, step seconds)."""
     from mini_vllm.testing.live_server import LiveServer
-
-    model_dir = str(engine.model_path())
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    requests = RandomDataset(random_seed=0).sample(
-        tokenizer, num_requests=args.num_prompts, input_len=args.input_len, output_len=args.output_len
-    )
-    slo = {"ttft": args.slo_ttft_ms}
-    print(f"{args.num_prompts} prompts of {args.input_len} tokens -> {args.output_len} tokens, "
-          f"Poisson {args.rate:g} req/s, goodput SLO TTFT <= {args.slo_ttft_ms:g} ms\n")  # fmt: skip
 
     mini = LiveServer(checkpoint=model_dir, served_model_name="tiny-llama", num_gpu_blocks=512, block_size=16,
                       max_num_seqs=128)  # fmt: skip
-    prof = None
+    prof, step_time = None, [0.0]
     try:
         run_client(mini.base_url, "tiny-llama", requests[:4], 1000.0, tokenizer, slo)  # warm-up
-        step_time = [0.0]
         if args.profile:  # the engine's steps run on the server's thread: profile each step there
             import cProfile
 
@@ -117,28 +90,73 @@ def main(argv: list[str] | None = None) -> int:
                     step_time[0] += time.perf_counter() - t0
 
             mini.engine.step = profiled_step
-        ours = run_client(mini.base_url, "tiny-llama", requests, args.rate, tokenizer, slo)
+        ours = run_client(mini.base_url, "tiny-llama", requests, rate, tokenizer, slo)
     finally:
         mini.stop()
     real = engine.RealServer("--max-num-seqs", "128")
     try:
         run_client(real.base_url, "tiny-llama", requests[:4], 1000.0, tokenizer, slo)  # warm-up
-        theirs = run_client(real.base_url, "tiny-llama", requests, args.rate, tokenizer, slo)
+        theirs = run_client(real.base_url, "tiny-llama", requests, rate, tokenizer, slo)
     finally:
         real.stop()
+    return ours, theirs, prof, step_time[0]
 
-    print(f"{'':16}{'mini':>12}{'vLLM':>12}{'mini / vLLM':>14}")
-    for key, label, _ in METRICS:
-        a, b = ours[key], theirs[key]
-        print(f"{label:16}{a:12.1f}{b:12.1f}{(a / b if b else float('nan')):14.2f}")
-    print(f"{'failed requests':16}{ours['failed']:12d}{theirs['failed']:12d}")
-    if prof is not None:
-        import pstats
 
-        print(f"\nmini's engine steps took {step_time[0]:.2f} s of the run's {ours['duration']:.2f} s "
-              "(the rest: HTTP, the event loop, detokenizing, waiting for arrivals)")  # fmt: skip
-        print("inside the steps, top 10 by own CPU time:")
-        pstats.Stats(prof).sort_stats("tottime").print_stats(10)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-prompts", type=int, default=40)
+    parser.add_argument("--rate", type=float, nargs="+", default=[20.0], help="requests per second (Poisson), one run each")
+    parser.add_argument("--input-len", type=int, default=64)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--slo-ttft-ms", type=float, default=500.0)
+    parser.add_argument("--profile", action="store_true", help="where mini's server time goes")
+    parser.add_argument("--save", default=None, help="write the reports as JSON (figures/two_servers.py draws it)")
+    args = parser.parse_args(argv)
+
+    from course.runtime import engine, real_vllm  # noqa: F401  (tier-1 wiring: vLLM imports on CPU)
+
+    missing = engine.missing_reason()
+    if missing:
+        print(f"the real server needs tier 2: {missing}")
+        return 1
+    from transformers import AutoTokenizer
+    from vllm.benchmarks.datasets.datasets import RandomDataset
+
+    model_dir = str(engine.model_path())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    requests = RandomDataset(random_seed=0).sample(
+        tokenizer, num_requests=args.num_prompts, input_len=args.input_len, output_len=args.output_len
+    )
+    slo = {"ttft": args.slo_ttft_ms}
+    runs = []
+    for rate in args.rate:
+        print(f"{args.num_prompts} prompts of {args.input_len} tokens -> {args.output_len} tokens, "
+              f"Poisson {rate:g} req/s, goodput SLO TTFT <= {args.slo_ttft_ms:g} ms\n")  # fmt: skip
+        ours, theirs, prof, step_time = one_rate(args, rate, model_dir, requests, tokenizer, slo, engine)
+        runs.append({"rate": rate, "mini": ours, "vllm": theirs})
+        print(f"{'':16}{'mini':>12}{'vLLM':>12}{'mini / vLLM':>14}")
+        for key, label, _ in METRICS:
+            a, b = ours[key], theirs[key]
+            print(f"{label:16}{a:12.1f}{b:12.1f}{(a / b if b else float('nan')):14.2f}")
+        print(f"{'failed requests':16}{ours['failed']:12d}{theirs['failed']:12d}\n")
+        if prof is not None:
+            import pstats
+
+            print(f"mini's engine steps took {step_time:.2f} s of the run's {ours['duration']:.2f} s "
+                  "(the rest: HTTP, the event loop, detokenizing, waiting for arrivals)")  # fmt: skip
+            print("inside the steps, top 10 by own CPU time:")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(10)
+    if args.save:
+        import json
+        import os
+
+        setup = {"num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len,
+                 "slo_ttft_ms": args.slo_ttft_ms, "cpus": os.cpu_count(),
+                 "threads": os.environ.get("OMP_NUM_THREADS", "unset")}  # fmt: skip
+        with open(args.save, "w", encoding="utf-8") as f:
+            json.dump({"setup": setup, "runs": runs}, f, indent=2, sort_keys=True)
+            f.write("\n")
+        print(f"wrote {args.save}")
     return 0
 
 

@@ -72,15 +72,47 @@ def find_longest_matched_ngram(
     k = min(k, max_model_len - total)
     if total < min_n or k <= 0:
         return tokens[:0]
+    # One pass instead of one sliding-window scan per n: the candidate ends are the earlier
+    # positions holding the last token; each extends backwards while it still agrees with the
+    # suffix. The longest agreement (capped at max_n) is the n that wins; its earliest end, the match.
+    last = total - 1
+    ends = np.flatnonzero(tokens[:last] == tokens[last])  # an occurrence ends before the last token
+    length = 1
+    while ends.size and length < max_n:
+        back = ends - length
+        agree = back >= 0
+        agree[agree] = tokens[back[agree]] == tokens[last - length]
+        if not agree.any():
+            break
+        ends = ends[agree]  # survivors match length + 1 tokens; ascending order is kept
+        length += 1
+    if not ends.size or length < min_n:
+        return tokens[:0]
+    start = int(ends[0]) + 1  # earliest occurrence of the longest match, then what followed it
+    return tokens[start : start + min(k, total - start)]
+
+
+def find_longest_matched_ngram_by_scan(
+    tokens: np.ndarray, min_n: int, max_n: int, max_model_len: int, k: int
+) -> np.ndarray:
+    """The same drafts by one sliding-window scan per ``n``, longest first (the slower first
+    version, kept as the reference ``test_spec_decode.py`` holds the one-pass search to)."""
+    tokens = np.asarray(tokens)
+    total = len(tokens)
+    k = min(k, max_model_len - total)
+    if total < min_n or k <= 0:
+        return tokens[:0]
     for n in range(min(max_n, total - 1), min_n - 1, -1):  # longest first
-        suffix = tokens[total - n:]
-        # start s is valid when the occurrence ends before the last token: s + n <= total - 1
+        suffix = tokens[total - n :]
         windows = np.lib.stride_tricks.sliding_window_view(tokens[: total - 1], n)
         hits = np.flatnonzero((windows == suffix).all(axis=1))
         if hits.size:
-            start = int(hits[0]) + n  # earliest occurrence, then what followed it
-            return tokens[start: start + min(k, total - start)]
+            start = int(hits[0]) + n
+            return tokens[start : start + min(k, total - start)]
     return tokens[:0]
+
+
+# ----------------------------------------------------------------------------- the proposer
 
 
 class NgramProposer:

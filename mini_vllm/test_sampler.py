@@ -2,8 +2,36 @@ import numpy as np
 import pytest
 
 from mini_vllm import Sampler, SamplingParams
-from mini_vllm.bench import baseline_sample
 from mini_vllm.sampler import apply_top_k_top_p, softmax
+
+
+def baseline_sample(logits: np.ndarray, params: SamplingParams, generator: np.random.Generator) -> int:
+    """The per-row sampler mini shipped before it was batched: the reference the batched one is
+    held to below."""
+    logits = np.asarray(logits, dtype=np.float64)
+    if params.is_greedy:
+        return int(np.argmax(logits))
+
+    def softmax(x: np.ndarray) -> np.ndarray:
+        e = np.exp(x - np.max(x))
+        return e / e.sum()
+
+    x = logits / params.temperature
+    k = params.top_k
+    if 0 < k < x.shape[-1]:
+        kth = np.partition(x, -k)[-k]
+        x = np.where(x >= kth, x, -np.inf)
+    if params.top_p < 1.0:
+        probs = softmax(x)
+        order = np.argsort(-probs, kind="stable")
+        cum = np.cumsum(probs[order])
+        num_keep = min(int(np.searchsorted(cum, params.top_p)) + 1, len(cum))
+        out = np.full_like(x, -np.inf)
+        keep = order[:num_keep]
+        out[keep] = x[keep]
+        x = out
+    probs = softmax(x)
+    return int(generator.choice(len(probs), p=probs))
 
 
 def kept(logits, k=0, p=1.0):

@@ -20,6 +20,7 @@ from mini_vllm.spec_decode import (
     NgramProposer,
     acceptance_rate,
     find_longest_matched_ngram,
+    find_longest_matched_ngram_by_scan,
     parse_output,
     rejection_sample,
     residual,
@@ -357,3 +358,23 @@ def test_rejection_sample_matches_vllm(real, temperatures, with_draft_probs):
     ours = rejection_sample(drafts, counts, probs, logits, bonus, np.array(temperatures) == 0,
                             uniform_probs=uniforms, exponentials=noise)
     assert ours.tolist() == theirs.tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_one_pass_search_drafts_what_the_per_n_scan_drafts(seed):
+    """Random and repetitive sequences, every prefix: the one-pass search must draft exactly what
+    one sliding-window scan per n drafts."""
+    rng = np.random.default_rng(seed)
+    period = rng.integers(0, 4, int(rng.integers(2, 9)))
+    sequences = [
+        rng.integers(0, 3 + 5 * seed, 60),  # random, from a small vocabulary so n-grams repeat
+        np.resize(period, 70),  # periodic
+        np.concatenate([np.resize(period, 30), rng.integers(0, 4, 10), np.resize(period, 30)]),
+    ]
+    for tokens in sequences:
+        for total in range(0, len(tokens) + 1):
+            for lo, hi, k, max_len in ((1, 1, 3, 200), (2, 5, 4, 200), (3, 4, 2, total + 1), (1, 7, 5, 200)):
+                args = (tokens[:total], lo, hi, max_len, k)
+                got = find_longest_matched_ngram(*args).tolist()
+                want = find_longest_matched_ngram_by_scan(*args).tolist()
+                assert got == want, f"{tokens[:total].tolist()} n in [{lo}, {hi}] k={k}: drafted {got}, want {want}"

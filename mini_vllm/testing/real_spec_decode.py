@@ -78,14 +78,18 @@ def make_ngram_proposer(
     return VllmNgramProposer(vllm_config)
 
 
-def sampling_metadata(temperatures: list[float], device: torch.device | None = None) -> SamplingMetadata:
-    """Temperature-only metadata: 0 means greedy for that request."""
+def sampling_metadata(
+    temperatures: list[float], device: torch.device | None = None, top_k: int | None = None, top_p: float | None = None
+) -> SamplingMetadata:
+    """Temperature metadata (0 means greedy for that request); ``top_k`` / ``top_p``, when given,
+    apply to every row (``mini_vllm.bench`` uses them; the spec-decode tests do not)."""
     batch = len(temperatures)
     greedy = [t == 0 for t in temperatures]
     return SamplingMetadata(
         temperature=torch.tensor(temperatures, dtype=torch.float32, device=device),
         all_greedy=all(greedy), all_random=not any(greedy),
-        top_p=None, top_k=None, generators={}, max_num_logprobs=None, no_penalties=True,
+        top_p=None if top_p is None else torch.full((batch,), top_p, dtype=torch.float32, device=device),
+        top_k=None if top_k is None else torch.full((batch,), top_k, dtype=torch.int32, device=device), generators={}, max_num_logprobs=None, no_penalties=True,
         prompt_token_ids=None, frequency_penalties=torch.zeros(batch), presence_penalties=torch.zeros(batch),
         repetition_penalties=torch.ones(batch), output_token_ids=[[] for _ in range(batch)],
         allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors(),

@@ -73,10 +73,10 @@ def make_vllm_config(config: SchedConfig):
 class RealScheduler:
     """The real ``Scheduler`` + ``KVCacheManager`` with a fake model runner."""
 
-    def __init__(self, config: SchedConfig) -> None:
+    def __init__(self, config: SchedConfig, *, log_stats: bool = True) -> None:
         self.config = config
         vllm_config = make_vllm_config(config)
-        self.scheduler = rv.make_scheduler(vllm_config, log_stats=True)
+        self.scheduler = rv.make_scheduler(vllm_config, log_stats=log_stats)
         self.block_hasher = rv.make_block_hasher(vllm_config)
         self.eos_at: dict[str, int | None] = {}
 
@@ -178,12 +178,14 @@ def run_trace(
     *,
     timings: list[float] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    log_stats: bool = True,
 ) -> list[StepRecord]:
     """Drive the real Scheduler through ``trace``; one StepRecord per ``schedule()``.
 
     Same event rules as ``traces.run_mini_trace``: arrivals, then aborts (one id per
-    ``finish_requests`` call, live ids only), then the step."""
-    real = RealScheduler(config)
+    ``finish_requests`` call, live ids only), then the step. ``log_stats=False`` builds the
+    scheduler as offline ``LLM()`` does (no per-step stats); the differential tests keep True."""
+    real = RealScheduler(config, log_stats=log_stats)
     sched = real.scheduler
     arrivals, aborts = split_trace(trace)
     records: list[StepRecord] = []

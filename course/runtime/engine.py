@@ -148,7 +148,8 @@ class RealServer:
     ``RealServer(*extra_args, model=DIR)`` (default: the tiny model) starts it and waits (bounded
     by ``timeout``) for ``/health``;
     ``stop()`` terminates it (then kills it). Float32, eager, ``--block-size 16``, seed 0 and
-    ``max_model_len`` 512, as the tier-2 jobs run the engine. ``log`` holds what it printed.
+    ``max_model_len`` 512, as the tier-2 jobs run the engine; ``env`` adds to ``engine_env()``.
+    ``log`` holds what it printed.
     """
 
     def __init__(
@@ -157,6 +158,7 @@ class RealServer:
         model: str | Path | None = None,
         served_model_name: str = "tiny-llama",
         timeout: float = 240.0,
+        env: dict[str, str] | None = None,
     ) -> None:
         import socket
         import urllib.request
@@ -195,7 +197,7 @@ class RealServer:
         self.proc = subprocess.Popen(
             argv,
             cwd=ROOT,
-            env=engine_env(),
+            env=engine_env(**(env or {})),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -189,3 +189,55 @@ def test_two_cpu_engines_agree_with_one_only_with_your_connector(tmp_path, torch
     assert pairs["fixed"] == single, (
         f"with your connector the pair gives {pairs['fixed']}, one engine {single}"
     )
+
+
+@pytest.mark.engine
+def test_the_http_proxy_between_two_vllm_servers_with_your_connector(tmp_path, torch):
+    """Two real OpenAI servers (producer, consumer; your connector through kv_connector_module_path)
+    behind mini's HTTP proxy: the producer's own full answer and the proxy's are the same text, and
+    the consumer's /metrics counts the tokens it loaded from the store."""
+    import json
+    import urllib.request
+    from pathlib import Path
+
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("aiohttp")
+    from course import ROOT
+    from course.runtime import engine
+    from mini_vllm.entrypoints.disagg_proxy import build_proxy_app
+    from mini_vllm.testing.live_server import LiveApp
+
+    spec = importlib.util.spec_from_file_location("engine_pair", Path(__file__).with_name("engine_pair.py"))
+    pair = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pair)
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "course_pd_connector.py").write_text(pair.SHIM.format(path=str(Path(lab.__file__).resolve())))
+    store = tmp_path / "store"
+    store.mkdir()
+
+    def server(role):
+        config = {"kv_connector": "CPULayoutExampleConnector", "kv_connector_module_path": "course_pd_connector",
+                  "kv_role": role, "kv_connector_extra_config": {"shared_storage_path": str(store)}}  # fmt: skip
+        return engine.RealServer("--kv-transfer-config", json.dumps(config), env={"PYTHONPATH": f"{shim}:{ROOT}"})
+
+    producer = server("kv_producer")
+    consumer = proxy = None
+    try:
+        consumer = server("kv_consumer")
+        proxy = LiveApp(build_proxy_app(producer.base_url, consumer.base_url), "the proxy")
+        prompt = [(37 * i) % 200 + 50 for i in range(50)]  # 50 tokens: 48 stored (three blocks of 16)
+        body = dict(model="tiny-llama", prompt=prompt, max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
+        alone = openai.OpenAI(base_url=producer.base_url + "/v1", api_key="-", timeout=120, max_retries=0)
+        want = alone.completions.create(**body).choices[0].text
+        via = openai.OpenAI(base_url=proxy.base_url + "/v1", api_key="-", timeout=120, max_retries=0)
+        got = via.completions.create(**body)
+        assert got.choices[0].text == want, f"through the proxy {got.choices[0].text!r}, one server {want!r}"
+        assert (got.usage.prompt_tokens, got.usage.completion_tokens) == (50, 6)
+        page = urllib.request.urlopen(consumer.base_url + "/metrics", timeout=30).read().decode()
+        hits = [ln for ln in page.splitlines() if ln.startswith("vllm:external_prefix_cache_hits_total")]
+        assert hits and float(hits[0].split()[-1]) == 48.0, f"the consumer's external hits: {hits}"
+    finally:
+        for s in (proxy, consumer, producer):
+            if s is not None:
+                s.stop()

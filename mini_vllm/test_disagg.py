@@ -20,6 +20,7 @@ from mini_vllm.config import KVTransferConfig
 from mini_vllm.entrypoints.disagg_proxy import DisaggProxy
 from mini_vllm.kv_connector import ExampleConnector, KVConnectorFactory, align_to_block_size
 from mini_vllm.request import RequestStatus
+from mini_vllm.testing.disagg_counts import count_forward_tokens
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
@@ -54,19 +55,6 @@ def reference(checkpoint):
 def make(checkpoint, role, store, **extra):
     cfg = KVTransferConfig("ExampleConnector", role, {"shared_storage_path": str(store), **extra})
     return LLMEngine(model=checkpoint, block_size=BS, num_gpu_blocks=NB, kv_transfer_config=cfg)
-
-
-def count_forward_tokens(engine) -> list[int]:
-    """Wrap the model's forward: the returned list's one entry grows by the tokens each forward sees."""
-    model = engine.model_executor.driver_worker.model_runner.model
-    counter, forward = [0], model.forward
-
-    def counting(input_ids, *args, **kwargs):
-        counter[0] += len(input_ids)
-        return forward(input_ids, *args, **kwargs)
-
-    model.forward = counting
-    return counter
 
 
 def worker_connector(engine) -> ExampleConnector:

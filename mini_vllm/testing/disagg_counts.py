@@ -24,6 +24,7 @@ LENGTHS = (5, 16, 17, 40, 100)
 
 
 def count_forward_tokens(engine: LLMEngine) -> list[int]:
+    """Wrap the model's forward: the returned list's one entry grows by the tokens each forward sees."""
     model = engine.model_executor.driver_worker.model_runner.model
     counter, forward = [0], model.forward
 

@@ -51,3 +51,18 @@ def test_every_row_is_reachable_and_cited() -> None:
     for tokens, peak in DEVICES:
         assert lookup("NVIDIA " + " ".join(tokens)) is peak, tokens
         assert "datasheet" in peak.reference or "specifications" in peak.reference
+
+
+@pytest.mark.parametrize(("name", "label"), [("NVIDIA H200", "H200"), ("NVIDIA GeForce GTX 1080", None)])
+def test_device_bandwidth_prints_the_row_it_uses_or_says_how_to_add_one(monkeypatch, capsys, name, label) -> None:
+    import torch
+
+    from course.runtime.bench import device_bandwidth
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
+    bw = device_bandwidth()
+    out = capsys.readouterr().out
+    if label is None:
+        assert bw is None and "add it to course/runtime/devices.py" in out, out
+    else:
+        assert bw == lookup(name).hbm_bytes_per_s and out.startswith(f"device: {name}; "), out

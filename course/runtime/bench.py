@@ -75,3 +75,13 @@ def device_peak(need_flops: bool = False) -> tuple[str, DevicePeak | None]:
         print(f"{name}: not in the peak table; add it to course/runtime/devices.py with its datasheet values")
         return name, None
     return name, found
+
+
+def device_bandwidth() -> float | None:
+    """This GPU's datasheet HBM bandwidth in bytes/s, after printing which device and source; ``None``
+    (after saying how to add the device) when the peak table lacks it."""
+    name, found = device_peak()
+    if found is None:
+        return None
+    print(f"device: {name}; {found.reference}")
+    return found.hbm_bytes_per_s

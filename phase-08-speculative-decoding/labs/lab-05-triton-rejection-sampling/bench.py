@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from course.runtime.bench import bench_main, device_peak
+from course.runtime.bench import bench_main, device_bandwidth
 
 PREDICT = ("H100 SXM", 3.35e12)
 BATCH = 256
@@ -92,11 +92,9 @@ def measure(lab, args) -> int:
     import torch
     from triton.testing import do_bench
 
-    dev, found = device_peak()
-    if found is None:
+    bw = device_bandwidth()
+    if bw is None:
         return 2
-    bw = found.hbm_bytes_per_s
-    print(f"device: {dev}; {found.reference}")
     print(f"{'k':>2} {'vocab':>7} {'accept':>6} {'vLLM us':>8} {'fused us':>9} {'speedup':>8} "
           f"{'fused GB/s':>10} {'% HBM':>6} {'vLLM GB/s':>9} {'% HBM':>6}")
     for k, vocab in SHAPES:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from course.runtime.bench import bench_main, device_peak
+from course.runtime.bench import bench_main, device_bandwidth
 
 PREDICT = ("H100 SXM", 3.35e12)
 SHAPES = [(256, 128256), (32, 128256), (256, 32000)]
@@ -41,11 +41,9 @@ def measure(lab, args) -> int:
     from triton.testing import do_bench
     from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as vllm_gumbel_sample
 
-    dev, found = device_peak()
-    if found is None:
+    bw = device_bandwidth()
+    if bw is None:
         return 2
-    bw = found.hbm_bytes_per_s
-    print(f"device: {dev}; {found.reference}")
     print(f"{'batch':>5} {'vocab':>7} {'lab us':>8} {'% HBM':>6} {'vLLM us':>8} {'vLLM/lab':>8} "
           f"{'multinomial us':>14} {'mult/lab':>8}  same tokens as vLLM")
     for b, v in SHAPES:

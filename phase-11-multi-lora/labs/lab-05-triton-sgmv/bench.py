@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from course.runtime.bench import bench_main, device_peak
+from course.runtime.bench import bench_main, device_bandwidth
 
 PREDICT = ("H100 SXM", 989e12, 3.35e12)
 H, R, SLOTS = 4096, 16, 8
@@ -78,11 +78,9 @@ def measure(lab, args) -> int:
     from triton.testing import do_bench
     from vllm.lora.ops.triton_ops import LoRAKernelMeta
 
-    dev, found = device_peak()
-    if found is None:
+    bw = device_bandwidth()
+    if bw is None:
         return 2
-    bw = found.hbm_bytes_per_s
-    print(f"device: {dev}; {found.reference}")
     g = torch.Generator(device="cuda").manual_seed(0)
     a = (torch.randn(SLOTS, R, H, device="cuda", generator=g) / H ** 0.5).to(torch.bfloat16)
     b = (torch.randn(SLOTS, H, R, device="cuda", generator=g) / R ** 0.5).to(torch.bfloat16)

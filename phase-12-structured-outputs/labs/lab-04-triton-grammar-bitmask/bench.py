@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from course.runtime.bench import bench_main, device_peak
+from course.runtime.bench import bench_main, device_bandwidth
 from course.runtime.devices import lookup
 
 PREDICT = lookup("NVIDIA H100 80GB HBM3")    # the datasheet row of an H100 SXM (the name it reports)
@@ -77,11 +77,9 @@ def measure(lab, args) -> int:
     import torch
     from triton.testing import do_bench
 
-    dev, found = device_peak()
-    if found is None:
+    bw = device_bandwidth()
+    if bw is None:
         return 2
-    bw = found.hbm_bytes_per_s
-    print(f"device: {dev}; {found.reference}")
     print(f"{'vocab':>7} {'rows':>5} {'vLLM us':>8} {'lab us':>8} {'ratio':>6} {'GB/s':>7} {'% HBM':>6} {'floor us':>9}")
     for vocab in VOCABS:
         for rows in ROWS:

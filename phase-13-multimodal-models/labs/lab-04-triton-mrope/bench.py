@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from course.runtime.bench import bench_main, device_peak
+from course.runtime.bench import bench_main, device_bandwidth
 
 PREDICT = ("H100 SXM", 3.35e12)
 NQ, NKV, HS, RD, SECTION = 28, 4, 128, 128, [16, 24, 24]
@@ -58,11 +58,9 @@ def measure(lab, args) -> int:
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.rotary_embedding.mrope import MRotaryEmbedding
 
-    dev, found = device_peak()
-    if found is None:
+    bw = device_bandwidth()
+    if bw is None:
         return 2
-    bw = found.hbm_bytes_per_s
-    print(f"device: {dev}; {found.reference}")
     with set_current_vllm_config(VllmConfig()):
         rope = MRotaryEmbedding(HS, RD, 32768, 1e6, True, torch.bfloat16, mrope_section=SECTION).cuda()
     cache = rope.cos_sin_cache.to(torch.bfloat16)

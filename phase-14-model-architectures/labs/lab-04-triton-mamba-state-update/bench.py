@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from course.runtime.bench import bench_main, device_peak
+from course.runtime.bench import bench_main, device_bandwidth
 
 PREDICT = ("H100 SXM", 3.35e12)
 H, D, N, G = 80, 64, 128, 1
@@ -48,11 +48,9 @@ def measure(lab, args) -> int:
     from triton.testing import do_bench
     from vllm.model_executor.layers.mamba.ops.mamba_ssm import selective_state_update as vllm_ssu
 
-    dev, found = device_peak()
-    if found is None:
+    bw = device_bandwidth()
+    if bw is None:
         return 2
-    bw = found.hbm_bytes_per_s
-    print(f"device: {dev}; {found.reference}")
     print(f"{'batch':>6} {'vLLM us':>8} {'lab us':>7} {'ratio':>6} {'GB/s':>7} {'% HBM':>6}")
     for b in BATCHES:
         t = lab.make_inputs(b, H, D, N, G, slots=b + 1, seed=0, dtype=torch.bfloat16, device="cuda")

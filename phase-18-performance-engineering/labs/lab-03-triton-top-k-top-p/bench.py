@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 
-from course.runtime.bench import bench_main, device_peak
+from course.runtime.bench import bench_main, device_bandwidth
 
 PREDICT = ("H100 SXM", 3.35e12)
 SHAPES = [(256, 128256), (32, 128256), (256, 32000)]
@@ -48,11 +48,9 @@ def measure(lab, args) -> int:
     from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
     from vllm.v1.sample.ops.topk_topp_triton import apply_top_k_top_p_triton
 
-    dev, found = device_peak()
-    if found is None:
+    bw = device_bandwidth()
+    if bw is None:
         return 2
-    bw = found.hbm_bytes_per_s
-    print(f"device: {dev}; {found.reference}")
     print(
         f"{'batch':>5} {'vocab':>7} {'lab us':>8} {'% HBM':>6} {'vLLM triton us':>14} {'vs lab':>7} "
         f"{'vLLM sort us':>12} {'vs lab':>7}  rows with the sort path's mask"

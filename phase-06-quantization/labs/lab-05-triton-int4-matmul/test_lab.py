@@ -245,3 +245,16 @@ def test_predicted_speedup_honours_the_group_size():
     assert g32 < g128, (
         f"group 32 stores 4x the scales of group 128, so it must predict less speedup ({g32:.4f} vs {g128:.4f})"
     )
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8", "int4-g128", "FP16", ""])
+def test_weight_bytes_refuses_an_unknown_format(fmt):
+    # The byte model knows two formats; any other name must be refused, never counted as one of them.
+    try:
+        got = lab.weight_bytes(4096, 4096, fmt)
+    except ValueError:
+        return
+    pytest.fail(
+        f"weight_bytes(4096, 4096, {fmt!r}) returned {got} instead of raising ValueError: only 'fp16' and "
+        f"'int4' are formats here; check fmt == 'int4' explicitly rather than treating every other name as int4"
+    )

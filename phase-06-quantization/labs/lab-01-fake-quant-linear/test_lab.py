@@ -150,3 +150,18 @@ def test_zero_row_stays_zero_at_every_bit_width():
             f"quantize_bits(W, {bits}) turned the all-zero row 1 into {out[1][:4]}...: use scale 1 for an "
             "all-zero row at every bit width, as quantize_per_channel does"
         )
+
+
+def test_memory_counts_the_weights_real_dtype():
+    # A checkpoint is usually fp16/bf16, not fp32: the ledger must read the bytes per element from W itself.
+    W16 = _gaussian(7, (100, 60)).astype(np.float16)
+    got = lab.memory_bytes(W16)
+    assert got == W16.nbytes == 12_000, (
+        f"100 x 60 fp16 weights occupy 100 * 60 * 2 = 12,000 bytes, got {got}: count W.nbytes (itemsize x size), "
+        f"do not assume 4 bytes per weight"
+    )
+    q, s = lab.quantize_per_channel(W16.astype(np.float32))
+    assert lab.memory_bytes_quant(q, s.astype(np.float16)) == 6_000 + 200, (
+        f"int8 values (6,000 B) + 100 fp16 scales (200 B) = 6,200 B, got {lab.memory_bytes_quant(q, s.astype(np.float16))}: "
+        f"count scales.nbytes, not 4 bytes per scale"
+    )

@@ -150,3 +150,19 @@ def test_a_pruned_output_row_stays_zero_in_every_format(fmt):
         f"{fmt}: the all-zero weight row 3 gave output column {y[:, 3].tolist()}: a zero max needs scale 1, "
         "not max / qmax = 0 (and 0 / 0 = NaN)"
     )
+
+
+@pytest.mark.parametrize("name", ["int4-g64", "int4-g0", "int4-g", "fp8-w8a8", "FP16"])
+def test_registry_rejects_names_close_to_a_known_format(name):
+    # The registry knows exactly lab.FORMATS; a near-miss must be refused up front, never half-parsed.
+    try:
+        got = lab.get_quant_method(name)
+    except ValueError as exc:
+        assert "int4-g128" in str(exc), (
+            f"the ValueError for {name!r} should list the known formats, got {exc}"
+        )
+        return
+    pytest.fail(
+        f"get_quant_method({name!r}) returned {type(got).__name__} instead of raising ValueError: only the names in "
+        f"FORMATS ({', '.join(lab.FORMATS)}) are formats; check membership before parsing a group size"
+    )

@@ -209,3 +209,52 @@ def test_full_shape_fp16_matches_torch_gpu(m):
     ref = x @ w.T
     rel = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
     assert rel < 2e-3, f"M={m}, 4096 x 4096 g128 in fp16: relative error {rel:.1e} vs torch.matmul on the dequantized W"
+
+
+@pytest.mark.triton
+def test_fp16_partials_accumulate_in_fp32():
+    # fp16 activations, one group of 64, BLOCK_K = 32: two K steps whose partial dots are 2049 and -2048.
+    # 2049 is not an fp16 number (spacing 2 above 2048): an fp32 accumulator gives y = 1 exactly, while a
+    # partial rounded to fp16 before it is added becomes 2048 and y = 0. Only the final store is fp16.
+    packed = torch.empty((16, 32), dtype=torch.uint8)
+    packed[:, :16] = 0x99  # k < 32: q = +1 (both nibbles 9 - 8)
+    packed[:, 16:] = 0x77  # k >= 32: q = -1 (both nibbles 7 - 8)
+    scales = torch.ones((16, 1), dtype=torch.float16)
+    x = torch.zeros((1, 64), dtype=torch.float16)
+    x[0, 0], x[0, 1], x[0, 32] = 2047.0, 2.0, 2048.0  # step 1: 2047 + 2 = 2049; step 2: -2048
+    y = lab.int4_matmul(x, packed, scales, group_size=64, block_n=16, block_k=32)
+    assert y.dtype == torch.float16, f"y takes x's dtype (float16), got {y.dtype}"
+    got = y.float()[0].unique().tolist()
+    assert got == [1.0], (
+        f"every output should be 2049 - 2048 = 1, got {got}: keep the accumulator AND each step's partial dot in "
+        f"float32 (tl.dot's default out dtype) and round to x's dtype only when storing y"
+    )
+
+
+def test_predicted_speedup_honours_the_group_size():
+    # Smaller groups mean more fp16 scale bytes, so a slower int4 kernel at decode.
+    fp16 = lab.predicted_time(1, 4096, 4096, "fp16", *H100)
+    for group in (32, 64, 256):
+        s = lab.predicted_speedup(1, 4096, 4096, *H100, group_size=group)
+        want = fp16 / lab.predicted_time(1, 4096, 4096, "int4", *H100, group_size=group)
+        assert math.isclose(s, want, rel_tol=1e-12), (
+            f"group_size={group}: speedup should be {want:.4f} (fp16 time / int4 time with group {group}), got {s:.4f}: "
+            f"pass group_size on to predicted_time for the int4 side"
+        )
+    g32, g128 = (lab.predicted_speedup(1, 4096, 4096, *H100, group_size=g) for g in (32, 128))
+    assert g32 < g128, (
+        f"group 32 stores 4x the scales of group 128, so it must predict less speedup ({g32:.4f} vs {g128:.4f})"
+    )
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8", "int4-g128", "FP16", ""])
+def test_weight_bytes_refuses_an_unknown_format(fmt):
+    # The byte model knows two formats; any other name must be refused, never counted as one of them.
+    try:
+        got = lab.weight_bytes(4096, 4096, fmt)
+    except ValueError:
+        return
+    pytest.fail(
+        f"weight_bytes(4096, 4096, {fmt!r}) returned {got} instead of raising ValueError: only 'fp16' and "
+        f"'int4' are formats here; check fmt == 'int4' explicitly rather than treating every other name as int4"
+    )

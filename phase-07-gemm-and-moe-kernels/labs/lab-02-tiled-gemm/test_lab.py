@@ -93,3 +93,25 @@ def test_decode_shape_has_no_reuse_to_harvest():
             f"ceil(M/tile_m) = 1, so every weight is loaded once per step: the reuse is at most 2"
         )
     assert lab.reuse_factor(1, 1 << 20) < 2, "tile_m = 1 caps the harmonic mean below 2 however wide tile_n is"
+
+
+def test_mixed_dtypes_keep_the_product_dtype():
+    # C must hold what A @ B holds: an integer A times a float B is a float matrix, float32 x float64 is float64.
+    rng = np.random.default_rng(3)
+    A_int = rng.integers(-3, 4, size=(9, 6))
+    B = rng.standard_normal((6, 7)) * 0.3
+    C = lab.tiled_gemm(A_int, B, 4, 4)
+    assert C.dtype == (A_int @ B).dtype, (
+        f"int64 A @ float64 B is {(A_int @ B).dtype}, but C came back {C.dtype}: allocate C with "
+        f"np.result_type(A, B), not A's dtype, or every tile is truncated when it is written"
+    )
+    assert np.allclose(C, A_int @ B), (
+        f"int A, float B: C differs from A @ B by {np.max(np.abs(C - A_int @ B)):.3f}"
+    )
+    A32 = rng.standard_normal((9, 6)).astype(np.float32) * np.float32(1 / 3)
+    C = lab.tiled_gemm(A32, B, 4, 4)
+    err = np.max(np.abs(C - A32 @ B))
+    assert C.dtype == np.float64 and err < 1e-12, (
+        f"float32 A @ float64 B must stay float64 (got {C.dtype}, max error {err:.1e} against A @ B): the output "
+        f"dtype is the promotion of both inputs"
+    )

@@ -92,3 +92,18 @@ def test_expected_active_experts():
     sim = np.mean([len(set(lab.uniform_router(8, 2, 8, seed=s).reshape(-1).tolist())) for s in range(300)])
     assert abs(sim - got) < 0.1, f"simulated distinct experts at batch 8 ({sim:.2f}) should match the formula ({got:.2f})"
     assert lab.expected_active_experts(64, 8, 256) > 220, "DeepSeek-V3 (256 experts, top-8) at batch 64 touches over 220 experts"
+
+
+def test_parallel_efficiency_honours_the_placement():
+    # Hot fixture on 4 devices. Round-robin puts the hot expert 7 with expert 3 (5 + 84 = 89); giving it a
+    # device of its own and spreading the other seven over three devices makes the step 84.
+    hot = _hot_loads()
+    rebalanced = np.array([0, 0, 1, 1, 2, 2, 2, 3])
+    assert lab.ep_step_time(hot, 4, placement=rebalanced) == 84, (
+        "placement [0,0,1,1,2,2,2,3]: the hot expert alone sets the step, 84"
+    )
+    eff = lab.parallel_efficiency(hot, 4, placement=rebalanced)
+    assert math.isclose(eff, 128 / (4 * 84)), (
+        f"with placement {rebalanced.tolist()} the efficiency is 128 / (4 x 84) = {128 / 336:.4f}, got {eff:.4f} "
+        f"(round-robin would give 128 / (4 x 89) = {128 / 356:.4f}): pass the placement on to ep_step_time"
+    )

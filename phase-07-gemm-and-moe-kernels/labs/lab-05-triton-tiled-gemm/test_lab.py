@@ -166,3 +166,21 @@ def test_full_shape_bf16_matches_torch_gpu():
                 f"accumulation); check the masks of the partial tiles in M, N and K"
             )
         assert ran, "none of the first three GPU_CONFIGS fits this GPU's shared memory: add a smaller one"
+
+
+@pytest.mark.triton
+def test_fp16_partials_accumulate_in_fp32():
+    # fp16 A (16 x 32) @ B (32 x 16) with BLOCK_K = 16: two K steps whose partial dots for row 0 are 2049 and -2048.
+    # 2049 is not an fp16 number (spacing 2 above 2048): an fp32 accumulator gives C[0] = 1 exactly, while a
+    # partial rounded to fp16 before it is added becomes 2048 and C[0] = 0. Only the final store is fp16.
+    a = torch.zeros((16, 32), dtype=torch.float16)
+    a[0, 0], a[0, 1], a[0, 16] = 2047.0, 2.0, 2048.0
+    b = torch.ones((32, 16), dtype=torch.float16)
+    b[16:] = -1.0
+    c = lab.matmul(a, b, block_m=16, block_n=16, block_k=16)
+    assert c.dtype == torch.float16, f"C takes A's dtype (float16) by default, got {c.dtype}"
+    got = c.float()[0].unique().tolist()
+    assert got == [1.0] and not c[1:].any(), (
+        f"row 0 of C should be 2049 - 2048 = 1 in every column, got {got}: pass the accumulator to tl.dot "
+        f"(acc = tl.dot(a, b, acc)) or add its float32 result unrounded; cast to C's dtype only when storing"
+    )

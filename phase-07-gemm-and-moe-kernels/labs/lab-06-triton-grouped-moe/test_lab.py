@@ -246,3 +246,25 @@ def test_full_shape_bf16_matches_torch_gpu():
         got = lab.grouped_moe_forward(x, w1, w2, ids, w, bm, bn, bk, nw, ns).float()
         rel = ((got - ref).abs().max() / ref.abs().max()).item()
         assert rel < 2e-2, f"config {cfg}: max error {rel:.2e} of the largest output (bf16 in, fp32 accumulation)"
+
+
+@pytest.mark.triton
+def test_fp16_partials_accumulate_in_fp32():
+    # fp16 tokens and experts with K = 32 and BLOCK_K = 16: two K steps whose partial dots are +-2049 and -+2048.
+    # 2049 is not an fp16 number (spacing 2 above 2048): an fp32 accumulator gives +-1 exactly, while a partial
+    # rounded to fp16 before it is added becomes 2048 and the row is 0. Only the final store is fp16.
+    x = torch.zeros((2, 32), dtype=torch.float16)
+    x[:, 0], x[:, 1], x[:, 16] = 2047.0, 2.0, 2048.0
+    w = torch.ones((2, 32, 16), dtype=torch.float16)
+    w[1, 16:] = -1.0  # expert 1: +1 then -1 -> 2049 - 2048 = 1
+    w[0, :16] = -1.0  # expert 0: -1 then +1 -> -2049 + 2048 = -1
+    ids = torch.tensor([[1], [0]])
+    s, e_ids, n_post = lab.moe_align(ids, 2, 16)
+    out = torch.zeros((3, 16), dtype=torch.float16)
+    lab.invoke_grouped_gemm(x, w, out, s, e_ids, n_post, top_k=1, num_valid=2, block_k=16)
+    got = [out[0].float().unique().tolist(), out[1].float().unique().tolist()]
+    assert got == [[1.0], [-1.0]], (
+        f"token 0 (expert 1) should be 1 and token 1 (expert 0) -1 in every column, got {got}: pass the "
+        f"accumulator to tl.dot (acc = tl.dot(x, w, acc)) or add its float32 result unrounded; cast to the "
+        f"output dtype only when storing"
+    )

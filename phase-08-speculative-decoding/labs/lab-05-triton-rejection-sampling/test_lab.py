@@ -180,6 +180,24 @@ def test_residual_race_ties_go_to_the_lower_token():
 
 
 @pytest.mark.triton
+def test_race_reads_nothing_past_the_row():
+    # a 6-token vocabulary in 4-wide tiles: the second tile covers columns 4..7, two of them past the row. Right
+    # after each row of p sits 1.0 (q is 0 there, 1/E is 1): read as residual it would beat the real 0.5.
+    vocab = 6
+    pw, qw = torch.zeros(2, vocab + 2), torch.zeros(2, vocab + 2)
+    pw[:, vocab:] = 1.0
+    pw[0, [1, 2]] = 0.5  # request 0: draft 0 has p = 0, rejected; residual 0.5 on 1 and 2
+    qw[0, 0] = 1.0
+    pw[1, 3] = qw[1, 3] = 1.0  # request 1: p == q at its draft, accepted (no race)
+    p, q, inv_e = pw[:, :vocab], qw[:, :vocab], np.ones((2, vocab), np.float32)
+    got = run(np.array([0, 3]), [1, 1], q, p, np.array([9, 9]), np.array([0.5, 0.5]), inv_e=inv_e, block_v=4)
+    assert got.tolist() == [[1, PH], [3, 9]], (
+        f"got {got.tolist()}: the residual race must mask every column >= vocab_size (offs < vocab_size); "
+        f"token {got[0, 0]} >= {vocab} means a column past the row was read and won the race"
+    )
+
+
+@pytest.mark.triton
 def test_strided_probability_rows():
     counts, vocab = [2, 3, 1], 12
     drafts, q, p, _, inv_e, _, bonus = problem(counts, vocab, seed=4, skew=0.3)

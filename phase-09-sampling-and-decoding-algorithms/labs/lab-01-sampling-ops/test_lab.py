@@ -207,6 +207,18 @@ def test_every_parameter_agrees_with_mini_vllm():
         assert got == want, f"trial {trial}: your pipeline drew {got}, mini_vllm's Sampler {want} ({params})"
 
 
+def test_a_row_without_a_generator_draws_from_its_seed():
+    x = np.zeros((1, 64))  # flat: the token is floor(64 u), so every seed pins one token
+    for seed in (0, 3, 7, 11):
+        sp = SamplingParams(temperature=1.0, seed=seed)
+        want = Sampler().sample_batch(x, [sp], [np.random.default_rng(seed)])
+        got = [lab.sample(x, [sp], [None])[0] for _ in range(3)]
+        assert got == want * 3, (
+            f"seed {seed} with no generator drew {got}; np.random.default_rng({seed}) gives {want[0]} every "
+            "time: a row whose generator is None draws from a fresh default_rng(params.seed), not an unseeded one"
+        )
+
+
 class FixedDraw(np.random.Generator):
     """A generator whose uniform draw the test chooses."""
 

@@ -127,6 +127,24 @@ def test_vllm_forward_cpu_loses_the_seed_in_a_mixed_batch(ops):
 
 
 @pytest.mark.upstream
+def test_seeded_draws_keeps_one_generator_across_steps(ops):
+    import torch
+
+    # the reference: one torch.Generator seeded 7, made once and advanced by every step
+    sampler = ops.TopKTopPSampler("raw_logprobs")
+    gen = torch.Generator().manual_seed(7)
+    want = [
+        int(ops.TopKTopPSampler.forward_native(sampler, torch.zeros(1, 16), {0: gen}, None, None)[0][0])
+        for _ in range(8)
+    ]
+    got = lab.seeded_draws(ops.TopKTopPSampler.forward_native)
+    assert got == want, (
+        f"seeded_draws drew {got} for seed 7 over 8 steps; one torch.Generator().manual_seed(7), made "
+        f"before the loop and kept across steps, draws {want} (a generator re-made every step redraws its first token)"
+    )
+
+
+@pytest.mark.upstream
 @pytest.mark.parametrize("companions", [1, 3])
 def test_fixed_forward_cpu_is_batch_invariant(ops, companions):
     alone = lab.seeded_draws(ops.TopKTopPSampler.forward_native)

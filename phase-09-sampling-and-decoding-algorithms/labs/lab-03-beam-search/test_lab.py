@@ -153,6 +153,17 @@ def test_each_beam_proposes_twice_the_width():
     )
 
 
+def test_a_finished_beam_never_takes_a_live_slot():
+    # EOS first (.6) outscores "2" (.3) in step 1 (log .6 = -.51 > log .3 / 2 = -.60), but "2" leads
+    # surely to "3" then EOS: [1, 2, 3, 0] scores log .3 / 3 = -.40 and wins in the end.
+    model = lab.bigram_model({1: {0: 0.6, 2: 0.3, 3: 0.1}, 2: {3: 1.0}, 3: {0: 1.0}, 0: {0: 1.0}}, 4)
+    got = [list(b.tokens) for b in lab.beam_search(model, [1], 1, 4, EOS)]
+    assert got == [[1, 2, 3, 0]], (
+        f"width 1 returned {got}: set the EOS candidates aside first, then keep the beam_width best of the "
+        "others; a finished [1, 0] that outscores every live candidate must not use up the one live slot"
+    )
+
+
 @pytest.mark.upstream
 def test_score_matches_vllm_get_beam_search_score():
     from vllm.entrypoints.generate.beam_search.utils import get_beam_search_score

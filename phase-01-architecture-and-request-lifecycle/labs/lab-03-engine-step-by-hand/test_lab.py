@@ -161,3 +161,28 @@ def test_a_mid_prefill_chunk_feeds_the_token_at_its_own_last_position():
         f"(token, position) per prefill chunk should be {want}, got {got}: the token of row i is "
         f"all_token_ids[c + n - 1], the one at the chunk's last position, not all_token_ids[-1]"
     )
+
+
+def test_each_row_is_sampled_with_its_own_requests_params():
+    # Mixed knobs in one batch: greedy first, then two seeded random requests. Each row is drawn with
+    # ITS request's SamplingParams, never one params object for the whole batch.
+    engine = mini_vllm.LLMEngine()
+    params = [
+        greedy(3),
+        mini_vllm.SamplingParams(max_tokens=3, temperature=1.0, seed=7, ignore_eos=True),
+        mini_vllm.SamplingParams(max_tokens=3, temperature=1.5, seed=3, ignore_eos=True),
+    ]
+    ids = [engine.add_request(p, sp) for p, sp in zip(["hello world", "hi", "the quick brown fox"], params)]
+    seen = []
+
+    class ParamsSpy:
+        def sample(self, logits, sp, generator=None):
+            seen.append(sp)
+            return engine.sampler.sample(logits, sp, generator)
+
+    lab.engine_step(engine.scheduler, engine.model, ParamsSpy())
+    want = [engine.scheduler.requests[rid].sampling_params for rid in ids]
+    assert len(seen) == 3 and all(a is b for a, b in zip(seen, want)), (
+        f"step 1 samples all three rows; row i must use request i's own SamplingParams. Got temperatures "
+        f"{[sp.temperature for sp in seen]}, expected {[sp.temperature for sp in want]}"
+    )

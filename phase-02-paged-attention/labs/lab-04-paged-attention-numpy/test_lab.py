@@ -200,3 +200,27 @@ def test_slot_mapping_is_int64_past_2_31():
     assert got.tolist() == want, (
         f"block 2**27 x 16 = 2**31: slots should be {want}, got {got.tolist()}; compute in int64 (int32 wraps)"
     )
+
+
+def test_block_size_is_a_parameter_not_16():
+    # Block size 4: tokens 2..9 of table [5, 2, 9] sit at 5*4+2, 5*4+3, then 2*4+0..3, then 9*4+0..1.
+    table = np.array([5, 2, 9])
+    got = lab.build_slot_mapping(table, 4, 2, 8)
+    want = [22, 23, 8, 9, 10, 11, 36, 37]
+    assert got.tolist() == want, (
+        f"block_size=4: tokens 2..9 go to slots {want}, got {got.tolist()}; use the block_size argument, not 16"
+    )
+    # Attention through the same table at block size 4, the cache written with the formula by hand.
+    rng = np.random.default_rng(4)
+    seq_len = 10
+    k = rng.standard_normal((seq_len, 2, 8))
+    v = rng.standard_normal((seq_len, 2, 8))
+    k_cache = np.zeros((16 * 4, 2, 8))
+    v_cache = np.zeros_like(k_cache)
+    slots = [int(table[t // 4]) * 4 + t % 4 for t in range(seq_len)]
+    k_cache[slots] = k
+    v_cache[slots] = v
+    q = rng.standard_normal((4, 8))
+    out = lab.paged_attention(q, k_cache, v_cache, table, seq_len, 4)
+    err = np.abs(out - dense_attention(q, k, v)).max()
+    assert err < 1e-12, f"paged attention at block_size=4 differs from dense attention by {err:.2e}"

@@ -337,3 +337,22 @@ def test_a_pool_of_only_the_null_block_reports_zero_usage():
     except ZeroDivisionError:
         usage = "ZeroDivisionError"
     assert usage == 0.0, f"a pool with no usable block has nothing in use: usage 0.0, got {usage}"
+
+
+def test_a_block_listed_twice_in_one_free_is_counted_twice():
+    pool = lab.BlockPool(num_gpu_blocks=5)
+    (b,) = pool.get_new_blocks(1)  # one user
+    before = queue_ids(pool)
+    with pytest.raises(ValueError):
+        pool.free_blocks([b, b])  # two references given back, only one held
+        pytest.fail(f"free_blocks([b, b]) holding 1 reference must raise a double free; ref_cnt {b.ref_cnt}")
+    assert b.ref_cnt == 1 and queue_ids(pool) == before, (
+        f"the refused free must change nothing: ref_cnt {b.ref_cnt} (want 1), queue {queue_ids(pool)} (want {before})"
+    )
+    pool.touch([b])  # now two users: giving back two is legal
+    pool.free_blocks([b, b])
+    assert b.ref_cnt == 0 and queue_ids(pool).count(b.block_id) == 1, (
+        f"two users, freed twice in one call: ref_cnt 0 and block {b.block_id} queued exactly once; "
+        f"got ref_cnt {b.ref_cnt}, queue {queue_ids(pool)}"
+    )
+    check_invariants(pool)

@@ -103,3 +103,13 @@ def test_zero_new_tokens_costs_nothing_and_bad_input_is_rejected():
             fn(PROMPT, -1)
         with pytest.raises(ValueError):
             fn([], 3)
+        # n_new = 0 is no excuse to skip validation: check first, then take the free path.
+        try:
+            got = fn([], 0)
+        except ValueError:
+            pass
+        else:
+            pytest.fail(
+                f"{fn.__name__}([], 0) returned {got} instead of raising ValueError: an empty prompt is "
+                f"rejected whatever n_new is; call _check before any n_new == 0 shortcut"
+            )

@@ -80,3 +80,26 @@ def test_per_seq_is_per_token_times_length_and_bad_shapes_are_rejected():
         lab.kv_bytes_per_token(num_layers=0, num_kv_heads=8, head_dim=128, dtype_bytes=2)
     with pytest.raises(ValueError):
         lab.kv_bytes_per_seq(**LLAMA3_8B, dtype_bytes=2, seq_len=0)
+
+
+def test_huge_pools_floor_exactly_and_no_room_still_validates():
+    # Byte counts past 2**53 are where float division rounds: free / per_seq can land on the next
+    # integer even though one byte is missing. Integer floor division never does.
+    per_seq = lab.kv_bytes_per_seq(**LLAMA3_8B, dtype_bytes=2, seq_len=2049)
+    n = lab.max_concurrent_seqs(2**32 * per_seq, 1, **LLAMA3_8B, dtype_bytes=2, seq_len=2049)
+    assert n == 2**32 - 1, (
+        f"one byte short of 2**32 sequences of {per_seq:,} B must give {2**32 - 1}, got {n}: "
+        f"use free // per_seq (exact integers), not int(free / per_seq) (a float that rounds up here)"
+    )
+    # A bad shape is rejected whether or not the weights leave room: validate before the 0 shortcut.
+    for bad in ({"head_dim": 0}, {"num_layers": -1}, {"seq_len": 0}):
+        kw = {**LLAMA3_8B, "dtype_bytes": 2, "seq_len": 2048, **bad}
+        for gpu in (24 * GiB, 16 * GiB):
+            try:
+                got = lab.max_concurrent_seqs(gpu, 16 * GiB, **kw)
+            except ValueError:
+                continue
+            pytest.fail(
+                f"max_concurrent_seqs({gpu // GiB} GiB, 16 GiB, {bad}) returned {got} instead of raising "
+                f"ValueError: size the sequence (which validates the shape) before returning 0 for no room"
+            )

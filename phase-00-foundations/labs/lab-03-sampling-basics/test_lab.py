@@ -183,3 +183,55 @@ def test_agrees_with_mini_vllm_sampler():
                 f"the draw is np.random.default_rng(seed).choice(vocab, p=probs)"
             )
 
+
+
+def test_ties_in_the_nucleus_keep_the_lowest_indices():
+    # Many tokens share a probability (logits 0..3 only), and the vocabulary is large enough (64)
+    # that numpy's default argsort is not stable. When the cut falls inside a run of equal
+    # probabilities, the stable order (ties in index order) decides which of them are kept.
+    logits = np.random.default_rng(3).integers(0, 4, 64).astype(float)
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    order = sorted(range(len(logits)), key=lambda i: (-probs[i], i))  # most likely first, ties by index
+    cum = np.cumsum(probs[order])
+    for p in (0.1, 0.23, 0.37, 0.5, 0.61, 0.77, 0.9):
+        if np.min(np.abs(cum - p)) < 1e-9:
+            continue  # stay off exact float boundaries
+        want = sorted(order[: int(np.searchsorted(cum, p)) + 1])
+        kept = _finite(lab.apply_top_p(logits, p))
+        assert kept == want, (
+            f"top_p={p} over 64 tokens with tied probabilities kept {kept}, expected {want}: sort with a "
+            f"STABLE argsort of -probs (kind='stable') so equal probabilities keep index order"
+        )
+
+
+def test_greedy_rule_is_the_same_in_sampling_probs_and_sample():
+    # One rule, two places: below SAMPLING_EPS both the distribution and the draw are greedy.
+    tied = np.array([1.0, 3.0, 3.0, 0.0])
+    for t in (0.0, 1e-6, lab.SAMPLING_EPS / 2):
+        probs = lab.sampling_probs(tied, t)
+        assert probs.tolist() == [0.0, 1.0, 0.0, 0.0], (
+            f"sampling_probs at temperature {t} (below SAMPLING_EPS) must be one-hot on the lowest-index argmax "
+            f"[0, 1, 0, 0], got {probs.tolist()}: use the same greedy test (temperature < SAMPLING_EPS) as sample()"
+        )
+        tok = lab.sample(tied, temperature=t, seed=0)
+        assert tok == 1, f"sample at temperature {t} must be greedy (the lowest-index argmax, 1), got {tok}"
+
+
+def test_an_unseeded_draw_uses_a_fresh_generator(monkeypatch):
+    # seed=None means "no seed": np.random.default_rng(None) draws fresh entropy, so unseeded requests
+    # explore. Defaulting the seed to a constant would make every unseeded request draw the same token.
+    seen = []
+    real = np.random.default_rng
+
+    def spy(seed=None):
+        seen.append(seed)
+        return real(seed)
+
+    monkeypatch.setattr(np.random, "default_rng", spy)
+    lab.sample(LOGITS, temperature=1.0, seed=None)
+    lab.sample(LOGITS, temperature=1.0, seed=123)
+    assert seen == [None, 123], (
+        f"sample must build np.random.default_rng(seed) with the seed it was given; calls saw seeds {seen} "
+        f"for seed=None then seed=123 (a missing seed must stay None, not become a constant)"
+    )

@@ -86,3 +86,32 @@ def test_throughput_saturates_past_the_ridge():
         f"for any batch >= 156; got {at_ridge:,.0f} at 156 and {big:,.0f} at 512. "
         f"Step time is max(weight bytes / bandwidth, 2 x n_params x batch / peak)"
     )
+
+
+def test_bytes_per_weight_reach_every_formula():
+    # Each knob counts in every function that takes it: 0.5 B/param (int4) and 1 B/param (fp8)
+    # weights are read faster, batched or not, and the memory-bound plateau moves with them.
+    for dtype_bytes, want in ((0.5, 500.0), (1, 250.0), (2, 125.0)):
+        single = lab.decode_tokens_per_second(N_8B, dtype_bytes, A100_BW)
+        batched = lab.batched_decode_throughput(1, N_8B, dtype_bytes, A100_BW, A100_FLOPS)
+        assert math.isclose(batched, want) and math.isclose(single, want), (
+            f"8B weights at {dtype_bytes} B/param on the A100 read in {N_8B * dtype_bytes / A100_BW * 1e3:g} ms: "
+            f"batch 1 must give {want} tok/s in both decode_tokens_per_second ({single}) and "
+            f"batched_decode_throughput ({batched}); use dtype_bytes in the weight-read term"
+        )
+    b64 = lab.batched_decode_throughput(64, N_8B, 1, A100_BW, A100_FLOPS)
+    assert math.isclose(b64, 16_000.0), f"batch 64 with 1-byte weights: 64 / 4 ms = 16,000 tok/s, got {b64}"
+
+
+def test_critical_batch_size_is_not_rounded():
+    # On the H100 the ridge is 295.22 FLOP/byte, so fp16 needs 295.22 tokens per step; a whole
+    # number below it (295) is still memory-bound. Return the exact quotient; round only when you print.
+    h_ridge = lab.ridge_point(989e12, 3.35e12)
+    b = lab.critical_batch_size(989e12, 3.35e12, FP16)
+    assert math.isclose(b, 989e12 / 3.35e12), (
+        f"H100 fp16 critical batch = ridge x 2 / 2 = {989e12 / 3.35e12:.4f} tokens per step, got {b}: "
+        f"do not truncate or round it"
+    )
+    assert lab.is_compute_bound(lab.arithmetic_intensity(N_8B, b, FP16), h_ridge), (
+        f"a step of exactly the critical batch size ({b}) must sit on the ridge (compute-bound)"
+    )

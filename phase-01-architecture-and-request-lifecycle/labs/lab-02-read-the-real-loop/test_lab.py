@@ -61,6 +61,20 @@ def test_chunked_prefill_agrees(real_vllm):
 
 
 @pytest.mark.upstream
+def test_a_non_ascii_prompt_is_tokenized_to_utf8_bytes(real_vllm):
+    # mini_vllm's tokenizer gives one token per UTF-8 byte: "héllo" is 6 tokens ("é" is two bytes).
+    real = lab.real_trace("héllo", max_tokens=2)
+    mini = lab.mini_trace("héllo", max_tokens=2)
+    first = (real[0].num_computed_tokens, real[0].num_tokens)
+    assert first == (6, 7), (
+        f"'héllo' is 6 UTF-8 bytes, so after step 1 the real request should read (6, 7), got {first}: "
+        f"tokenize with list(prompt.encode('utf-8')), not one token per character"
+    )
+    bad = lab.compare_traces(mini, real)
+    assert bad == [], f"both engines must see the same 6 tokens; steps {bad} differ:\n{_fmt(mini, real)}"
+
+
+@pytest.mark.upstream
 def test_real_step_is_schedule_then_update(real_vllm):
     real = lab.make_real_scheduler()
     request = real.add_request("probe", list(b"hello"), 2)
@@ -95,6 +109,12 @@ def test_compare_traces_finds_disagreements():
     off = real[:1] + [E(2, "x", "RUNNING", 5, 7)] + real[2:]
     assert lab.compare_traces(mini, off) == [2], f"step 2's num_computed_tokens differs: expected [2], got {lab.compare_traces(mini, off)}"
     assert lab.compare_traces(mini, real[:2]) == [3], "a step only one engine took is a disagreement (step 3)"
+    for a, b in ((mini, real[:1]), (real[:1], mini)):
+        got = lab.compare_traces(a, b)
+        assert got == [2, 3], (
+            f"one trace stops after step 1 while the other runs to step 3: every step only one engine took "
+            f"is a disagreement, so expected [2, 3], got {got} (report each missing step, not just the first)"
+        )
     finished_early = real[:1] + [E(2, "x", "FINISHED_STOPPED", 6, 7)]
     assert lab.compare_traces(mini, finished_early) == [2, 3], (
         f"different status at step 2 and a missing step 3: expected [2, 3], got {lab.compare_traces(mini, finished_early)}"

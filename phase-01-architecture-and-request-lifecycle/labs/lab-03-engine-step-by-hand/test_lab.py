@@ -145,3 +145,44 @@ def test_one_batched_forward_per_step():
     assert last_tokens == [ord(p[-1]) for p in prompts], (
         f"each row's token must be the token AT that position (the prompt's last byte), got {last_tokens}"
     )
+
+
+def test_a_mid_prefill_chunk_feeds_the_token_at_its_own_last_position():
+    # Chunks of 4 over a 10-token prompt: steps end at positions 3, 7 and 9. Each row's token is the
+    # one AT that position ('d', 'h', 'j'), not the newest token of the whole sequence.
+    engine = mini_vllm.LLMEngine(long_prefill_token_threshold=4)
+    engine.add_request("abcdefghij", greedy(2))
+    model = CountingModel(engine.model)
+    for _ in range(3):
+        lab.engine_step(engine.scheduler, model, engine.sampler)
+    got = [(calls[0][0], calls[1][0]) for calls in model.calls]
+    want = [(ord("d"), 3), (ord("h"), 7), (ord("j"), 9)]
+    assert got == want, (
+        f"(token, position) per prefill chunk should be {want}, got {got}: the token of row i is "
+        f"all_token_ids[c + n - 1], the one at the chunk's last position, not all_token_ids[-1]"
+    )
+
+
+def test_each_row_is_sampled_with_its_own_requests_params():
+    # Mixed knobs in one batch: greedy first, then two seeded random requests. Each row is drawn with
+    # ITS request's SamplingParams, never one params object for the whole batch.
+    engine = mini_vllm.LLMEngine()
+    params = [
+        greedy(3),
+        mini_vllm.SamplingParams(max_tokens=3, temperature=1.0, seed=7, ignore_eos=True),
+        mini_vllm.SamplingParams(max_tokens=3, temperature=1.5, seed=3, ignore_eos=True),
+    ]
+    ids = [engine.add_request(p, sp) for p, sp in zip(["hello world", "hi", "the quick brown fox"], params)]
+    seen = []
+
+    class ParamsSpy:
+        def sample(self, logits, sp, generator=None):
+            seen.append(sp)
+            return engine.sampler.sample(logits, sp, generator)
+
+    lab.engine_step(engine.scheduler, engine.model, ParamsSpy())
+    want = [engine.scheduler.requests[rid].sampling_params for rid in ids]
+    assert len(seen) == 3 and all(a is b for a, b in zip(seen, want)), (
+        f"step 1 samples all three rows; row i must use request i's own SamplingParams. Got temperatures "
+        f"{[sp.temperature for sp in seen]}, expected {[sp.temperature for sp in want]}"
+    )

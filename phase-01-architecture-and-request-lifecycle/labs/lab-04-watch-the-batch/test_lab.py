@@ -128,3 +128,22 @@ def test_render_one_token_prefill_is_not_a_decode():
         f"a 5-token prompt split 4 + 1 is 'P4' then 'P1*' (the 1-token chunk completes the prompt), then 'D', "
         f"got {[line.split()[1] for line in tail[1:]]}"
     )
+
+
+def test_max_tokens_per_prompt_any_sequence_and_refused_when_the_count_is_wrong():
+    # One cap per prompt may come as any sequence (a tuple here): A gets 2 tokens, B gets 3.
+    ids, steps = lab.trace_batches([A, B], (2, 3))
+    totals = [sum(s.get(rid, 0) for s in steps) for rid in ids]
+    assert totals == [11 + 2 - 1, 7 + 3 - 1], (
+        f"max_tokens=(2, 3) gives A and B their own caps: scheduled tokens should be [12, 9] "
+        f"(prompt + cap - 1), got {totals}; treat any non-int max_tokens as one cap per prompt"
+    )
+    # Two caps for three prompts is a caller's mistake: refuse it, never run a subset silently.
+    try:
+        got = lab.trace_batches([A, B, "hey"], [2, 3])
+    except ValueError:
+        return
+    raise AssertionError(
+        f"trace_batches with 3 prompts and 2 max_tokens values returned {len(got[0])} request ids instead of "
+        f"raising ValueError: check len(max_tokens) == len(prompts) before adding any request"
+    )

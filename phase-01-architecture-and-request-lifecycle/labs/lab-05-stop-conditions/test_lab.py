@@ -163,3 +163,21 @@ def test_agrees_with_mini_vllm_maybe_finish():
             f"{list(ref.output_token_ids)} {ref.status.name}, yours gives "
             f"{list(mine.output_token_ids)} {mine.status.name}"
         )
+        assert mine.stop_reason == ref.stop_reason, (
+            f"case {case}: stream {stream}, {params}: stop_reason should be {ref.stop_reason!r}, got "
+            f"{mine.stop_reason!r}. Only a stop token id is recorded there; EOS leaves it None"
+        )
+
+
+def test_a_prompt_that_ends_in_a_stop_token_is_not_finished():
+    # The stop checks look at OUTPUT tokens only: a prompt may end in EOS, in a stop id, or already
+    # fill max_model_len, and the request must still generate its first token.
+    for prompt, kw in (([1, 2, EOS], {}), ([1, 2, 7], {}), ([1, 2, 3], {"max_model_len": 3})):
+        r = Request("p", prompt, SamplingParams(max_tokens=4, stop_token_ids=(7,)), eos_token_id=EOS)
+        r.status = RequestStatus.RUNNING
+        fired = lab.check_stop(r, **kw)
+        assert fired is False and r.status == RequestStatus.RUNNING, (
+            f"prompt {prompt} with no output yet ({kw or 'no max_model_len'}): check_stop must return False and "
+            f"leave the request RUNNING, got {fired} / {r.status.name}; read output_token_ids[-1], never the "
+            f"prompt's last token, and return False when there is no output"
+        )

@@ -176,15 +176,16 @@ class BlockPool:
         """One fewer user for each block; those reaching 0 go to the back of the free queue in
         the order given (first given = first evicted). They keep their hash: still cached."""
         blocks = list(ordered_blocks)
+        times: dict[int, int] = {}  # a block listed twice gives back two references
         for block in blocks:
-            if not block.is_null and block.ref_cnt <= 0:
+            times[id(block)] = times.get(id(block), 0) + 1
+            if not block.is_null and block.ref_cnt < times[id(block)]:
                 raise ValueError(f"double free of block {block.block_id}")
         for block in blocks:
             block.ref_cnt -= 1
-        # The null block's count is not maintained: whatever it reads, it never joins the queue.
-        now_idle = [b for b in blocks if b.ref_cnt == 0 and not b.is_null]
-        for block in now_idle:
-            self.free_block_queue.append(block)
+            # The null block's count is not maintained: whatever it reads, it never joins the queue.
+            if block.ref_cnt == 0 and not block.is_null:  # reaches 0 once, so it is queued once
+                self.free_block_queue.append(block)
 
     def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[bytes],
                           num_cached_blocks: int = 0) -> None:

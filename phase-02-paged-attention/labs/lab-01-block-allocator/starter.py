@@ -153,7 +153,8 @@ class BlockPool:
         the order given (first given = first evicted). They keep their hash: still cached."""
         raise NotImplementedError(
             "free_blocks: the input may be an iterator (reversed(...)), so materialize it; reject a "
-            "double free before changing anything; only blocks nobody uses any more join the queue, "
+            "double free before changing anything (a block listed more times than it has users is one); "
+            "only blocks nobody uses any more join the queue, once each, "
             "in the order given, and never the null block")
 
     def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[bytes],

@@ -309,3 +309,50 @@ def test_caching_disabled_never_indexes_or_evicts():
     pool.free_blocks(reversed(table))
     assert ids(pool.get_new_blocks(3)) == [3, 2, 1], "allocation order does not depend on caching"
     check_invariants(pool)
+
+
+def test_a_block_hash_names_its_tokens_exactly():
+    # Same-length blocks whose decimal digits glue into the same string must still differ: a
+    # collision here would hand one request another request's KV.
+    for a, b in (([1, 23, 4], [12, 3, 4]), ([11, 1], [1, 11])):
+        assert lab.hash_block_tokens(None, a) != lab.hash_block_tokens(None, b), (
+            f"blocks {a} and {b} hash the same: serialise the token ids so that different sequences give "
+            f"different bytes (keep the separators, e.g. repr of a tuple of ints)"
+        )
+    # The same tokens as numpy integers (how a model's sampled ids often arrive) name the same block.
+    as_list = lab.block_hashes_for(list(range(8)), 4)
+    as_numpy = lab.block_hashes_for(np.arange(8, dtype=np.int64), 4)
+    assert as_numpy == as_list, (
+        "block_hashes_for(np.arange(8), 4) differs from block_hashes_for(list(range(8)), 4): convert each "
+        "token id to a plain int before serialising, or a numpy prompt never hits the prefix cache"
+    )
+
+
+def test_a_pool_of_only_the_null_block_reports_zero_usage():
+    pool = lab.BlockPool(num_gpu_blocks=1)
+    free = pool.get_num_free_blocks()
+    assert free == 0, f"one block is the null block: 0 free, got {free}"
+    try:
+        usage = pool.get_usage()
+    except ZeroDivisionError:
+        usage = "ZeroDivisionError"
+    assert usage == 0.0, f"a pool with no usable block has nothing in use: usage 0.0, got {usage}"
+
+
+def test_a_block_listed_twice_in_one_free_is_counted_twice():
+    pool = lab.BlockPool(num_gpu_blocks=5)
+    (b,) = pool.get_new_blocks(1)  # one user
+    before = queue_ids(pool)
+    with pytest.raises(ValueError):
+        pool.free_blocks([b, b])  # two references given back, only one held
+        pytest.fail(f"free_blocks([b, b]) holding 1 reference must raise a double free; ref_cnt {b.ref_cnt}")
+    assert b.ref_cnt == 1 and queue_ids(pool) == before, (
+        f"the refused free must change nothing: ref_cnt {b.ref_cnt} (want 1), queue {queue_ids(pool)} (want {before})"
+    )
+    pool.touch([b])  # now two users: giving back two is legal
+    pool.free_blocks([b, b])
+    assert b.ref_cnt == 0 and queue_ids(pool).count(b.block_id) == 1, (
+        f"two users, freed twice in one call: ref_cnt 0 and block {b.block_id} queued exactly once; "
+        f"got ref_cnt {b.ref_cnt}, queue {queue_ids(pool)}"
+    )
+    check_invariants(pool)

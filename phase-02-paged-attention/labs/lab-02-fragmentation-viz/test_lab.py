@@ -90,3 +90,14 @@ def test_a_refused_request_takes_nothing_from_the_pool():
     assert (p.used, p.wasted) == (40 + 16 + 17, 8 + 0 + 15), f"only admitted requests count; got {p}"
     c = lab.contiguous_admit([10, 10, 10], total_slots=100, max_len=64)
     assert (c.admitted, c.rejected) == (1, 2), f"after one 64-slot run, 36 slots stay free and no other run fits; got {c}"
+
+
+def test_first_fit_takes_the_first_hole_not_the_tightest():
+    # Holes of different sizes: 250 slots fit in all three; first fit takes the FIRST (600), where
+    # best fit would take the tightest (300) and leave a different pool behind.
+    h = [(0, 600), (1000, 300), (2000, 260)]
+    start = lab.first_fit(h, 250)
+    assert start == 0 and h == [(250, 350), (1000, 300), (2000, 260)], (
+        f"first_fit(holes, 250) over holes of 600, 300, 260 slots must carve from the first hole that fits "
+        f"(start 0, holes [(250, 350), (1000, 300), (2000, 260)]), got start {start}, holes {h}"
+    )

@@ -130,3 +130,22 @@ def test_partial_tail_block_at_block_size_8():
     assert lab.ref_counts(kv, b.request) == [2, 2, 2, 1], (
         f"B shares A's 3 full blocks and owns a private tail; got {lab.ref_counts(kv, b.request)}")
     assert b.request.num_computed_tokens == 30 and len(b.new_block_ids) == 1
+
+
+def test_ref_counts_follow_the_table_order_not_the_block_ids():
+    # A filler takes blocks 1-6, A takes 7, 8, 9, the filler leaves (queue 6, 5, ..., 1). B shares
+    # A's first two blocks and gets a fresh tail from the queue front: block 6, a LOWER id than its
+    # prefix. Its table is [7, 8, 6], so ref counts in table order are [2, 2, 1].
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=10, block_size=4))
+    filler = lab.prefill(kv, list(range(500, 524)), "F")
+    a_prompt = list(range(100, 112))
+    lab.prefill(kv, a_prompt, "A")
+    kv.free(filler.request)
+    b = lab.prefill(kv, a_prompt[:8] + [900, 901, 902, 903], "B")
+    table = kv.get_block_ids("B")
+    assert table == [7, 8, 6], f"setup: B's table should be [7, 8, 6], got {table}"
+    got = lab.ref_counts(kv, b.request)
+    assert got == [2, 2, 1], (
+        f"ref_counts must list the blocks in the request's table order ({table}): expected [2, 2, 1], got {got}; "
+        f"walk kv.get_block_ids(request_id), do not filter the pool (that is block-id order)"
+    )

@@ -171,3 +171,56 @@ def test_documented_errors_are_raised():
         pass
     else:
         raise AssertionError("6 query heads over 4 KV heads is not grouped-query attention: raise ValueError")
+
+
+def test_padding_holding_nan_or_inf_never_reaches_the_output():
+    # Finite poison (1e6) can be hidden by a -inf score mask: its weight is exactly 0. NaN and inf
+    # cannot: 0 * NaN is NaN. Only reading exactly seq_len rows keeps them out.
+    table = np.array([3, 12, 4])
+    seq_len = 35
+    for poison in (np.nan, np.inf):
+        q, k, v, k_cache, v_cache = setup(seq_len, table)
+        pad = lab.build_slot_mapping(table, BS, seq_len, 3 * BS - seq_len)
+        k_cache[pad] = poison
+        v_cache[pad] = poison
+        got = lab.paged_attention(q, k_cache, v_cache, table, seq_len, BS)
+        want = dense_attention(q, k, v)
+        assert np.all(np.isfinite(got)) and np.allclose(got, want, rtol=0, atol=1e-12), (
+            f"padding slots past seq_len=35 hold {poison}: the output must still equal dense attention, got "
+            f"{np.count_nonzero(~np.isfinite(got))} non-finite values; gather exactly seq_len rows "
+            f"(a score mask after reading whole blocks still multiplies 0 by {poison})"
+        )
+
+
+def test_slot_mapping_is_int64_past_2_31():
+    # A big pool: physical block 2**27 at block size 16 starts at slot 2**31, past int32.
+    got = lab.build_slot_mapping(np.array([2**27, 5]), BS, 14, 3)
+    assert got.dtype == np.int64, f"the slot mapping must be int64, got {got.dtype}"
+    want = [2**31 + 14, 2**31 + 15, 5 * BS]
+    assert got.tolist() == want, (
+        f"block 2**27 x 16 = 2**31: slots should be {want}, got {got.tolist()}; compute in int64 (int32 wraps)"
+    )
+
+
+def test_block_size_is_a_parameter_not_16():
+    # Block size 4: tokens 2..9 of table [5, 2, 9] sit at 5*4+2, 5*4+3, then 2*4+0..3, then 9*4+0..1.
+    table = np.array([5, 2, 9])
+    got = lab.build_slot_mapping(table, 4, 2, 8)
+    want = [22, 23, 8, 9, 10, 11, 36, 37]
+    assert got.tolist() == want, (
+        f"block_size=4: tokens 2..9 go to slots {want}, got {got.tolist()}; use the block_size argument, not 16"
+    )
+    # Attention through the same table at block size 4, the cache written with the formula by hand.
+    rng = np.random.default_rng(4)
+    seq_len = 10
+    k = rng.standard_normal((seq_len, 2, 8))
+    v = rng.standard_normal((seq_len, 2, 8))
+    k_cache = np.zeros((16 * 4, 2, 8))
+    v_cache = np.zeros_like(k_cache)
+    slots = [int(table[t // 4]) * 4 + t % 4 for t in range(seq_len)]
+    k_cache[slots] = k
+    v_cache[slots] = v
+    q = rng.standard_normal((4, 8))
+    out = lab.paged_attention(q, k_cache, v_cache, table, seq_len, 4)
+    err = np.abs(out - dense_attention(q, k, v)).max()
+    assert err < 1e-12, f"paged attention at block_size=4 differs from dense attention by {err:.2e}"

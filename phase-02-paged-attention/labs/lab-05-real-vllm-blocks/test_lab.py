@@ -69,6 +69,25 @@ def test_hit_rate_for_identical_prompts():
     assert lab.predicted_hit_rate(8, 16_001, 16) < 7 / 8, "7/8 = 87.5% is a ceiling, never reached"
 
 
+def test_every_knob_reaches_the_arithmetic():
+    # Non-default block sizes and cache dtypes: each parameter must be used, not its default.
+    for block_size, want in ((8, 7 * 32 / (8 * 40)), (32, 7 * 32 / (8 * 40)), (64, 0.0)):
+        got = lab.predicted_hit_rate(8, 40, block_size)
+        assert got == pytest.approx(want), (
+            f"8 copies of a 40-token prompt at block_size {block_size}: each later copy hits "
+            f"(39 // {block_size}) x {block_size} tokens, so the rate is {want:.4f}, got {got:.4f}; "
+            f"pass block_size on to num_shared_blocks"
+        )
+    for dtype_bytes in (1, 4):
+        shape = lab.ModelShape("Llama-3-8B", 32, 8, 128, dtype_bytes=dtype_bytes)
+        per_token = lab.kv_bytes_per_token(shape)
+        assert per_token == 65_536 * dtype_bytes, (
+            f"a {dtype_bytes}-byte KV cache for Llama-3-8B holds 2 x 32 x 8 x 128 x {dtype_bytes} = "
+            f"{65_536 * dtype_bytes:,} B per token, got {per_token:,}: use shape.dtype_bytes"
+        )
+        assert lab.predict_num_blocks(shape, 8 * GiB) == 8 * GiB // (16 * 65_536 * dtype_bytes)
+
+
 @pytest.fixture(scope="module")
 def real():
     """One real vLLM engine on CPU for the whole module (the import is the slow part)."""

@@ -48,6 +48,39 @@ def test_torch_reference_matches_dense():
         f"logical blocks, take only the valid rows of the last one, and map query head h to KV head h // group")
 
 
+def test_torch_reference_computes_in_fp32_for_an_fp16_cache():
+    # The reference is the oracle you debug the kernel against, so it softmaxes in fp32 whatever the
+    # cache dtype: its fp16 output is then the exact answer rounded once. Computed in fp16 instead,
+    # a third of the outputs land an ulp or more away.
+    problem = lab.make_problem(3, 4, 2, 16, 4, [5, 14, 33], num_blocks=24, dtype=torch.float16, seed=5)
+    q, kc, vc, bt, sl = problem
+    q = (q.float() * 4).half()  # sharper scores: fp16 rounding shows
+    got = lab.paged_attention_torch(q, kc, vc, bt, sl)
+    assert got.dtype == torch.float16, f"the reference returns q's dtype (float16), got {got.dtype}"
+    exact = dense_oracle(q, kc, vc, bt, sl).half()
+    off = (got != exact).float().mean().item()
+    assert off <= 0.02, (
+        f"{off:.0%} of the fp16 reference's outputs differ from the float64 answer rounded to fp16 (allowed: 2%): "
+        f"cast K, V and q to float32 before the scores and the softmax, and cast back only at the end"
+    )
+
+
+@pytest.mark.triton
+def test_kernel_ignores_nan_and_inf_in_the_padding_rows():
+    # 1e4 in the padding is hidden by a -inf score mask alone (weight exactly 0). NaN and inf are not:
+    # p * V = 0 * NaN is NaN. Only the load mask (other=0) keeps them out of the accumulator.
+    for poison in (float("nan"), float("inf")):
+        q, kc, vc, bt, sl = lab.make_problem(2, 2, 2, 8, 8, [3, 11], num_blocks=8, seed=3)
+        poison_tails(kc, vc, bt, sl, value=poison)
+        got = lab.paged_decode_attention(q, kc, vc, bt, sl)
+        err = (got.double() - dense_oracle(q, kc, vc, bt, sl)).abs().max().item()
+        assert torch.isfinite(got).all() and err < 1e-4, (
+            f"padding rows past seq_len hold {poison}: the output has "
+            f"{int((~torch.isfinite(got)).sum())} non-finite values (max|diff| {err:.2e}); mask the K and V "
+            f"loads with i * BLOCK_SIZE + t < seq_len (other=0), not only the scores"
+        )
+
+
 @pytest.mark.triton
 def test_kernel_matches_dense_reference():
     q, kc, vc, bt, sl = lab.make_problem(3, 4, 2, 16, 4, [1, 7, 10], num_blocks=16, seed=2)

@@ -28,6 +28,7 @@ HASH_CASES = [
     ("the same values as uint16", lambda: IMG.astype(np.uint16), False),
     ("the same bytes and shape viewed as int8", lambda: IMG.view(np.int8), False),
     ("a contiguous copy of a transposed view", lambda: np.ascontiguousarray(IMG.transpose(1, 0, 2)).transpose(1, 0, 2), True),
+    ("a Fortran-ordered copy (same values, column-major memory)", lambda: np.asfortranarray(IMG), True),
 ]
 
 

@@ -81,6 +81,13 @@ def test_num_embeds():
         lab.num_embeds(3, [True, False])
     with pytest.raises(ValueError, match="positive length"):
         lab.num_embeds(0, None)
+    for empty in ([], np.zeros(0, dtype=bool)):
+        try:
+            got = lab.num_embeds(3, empty)
+        except ValueError:
+            continue
+        pytest.fail(f"num_embeds(3, {empty!r}) = {got}: an empty mask is a mask with 0 entries for 3 positions "
+                    "(ValueError), not 'no mask'; test 'is_embed is None', not its truthiness")
 
 
 def test_embeds_in_range():

@@ -139,6 +139,18 @@ def test_promised_errors(idx, slots, match):
         lab.apply_batched(x, W, idx, four if slots == "four" else slots)
 
 
+def test_an_empty_batch_is_still_checked():
+    x, W, four = setup(rows=2)
+    got = lab.apply_batched(x[:0], W, [], four)
+    assert got.shape == (0, W.shape[0]), f"zero rows, zero indices: an empty (0, {W.shape[0]}) output; got {got.shape}"
+    try:
+        got = lab.apply_batched(x[:0], W, [0], four)
+    except ValueError:
+        return
+    pytest.fail(f"zero rows with one adapter index returned shape {got.shape}: the index count is checked before "
+                "any early return for an empty batch (ValueError)")
+
+
 def test_agrees_with_mini_vllm():
     x, W, slots = setup(rows=12, seed=3)
     idx = [3, -1, 1, 1, 0, -1, 3, 2, 2, -1, 0, 3]

@@ -137,6 +137,28 @@ def test_promised_errors(call, match):
         call()
 
 
+def test_running_adapters_are_counted_distinct():
+    try:
+        adm = lab.max_schedulable([1, None, 2], 1, running=[1, 1, 1])
+    except ValueError as exc:
+        pytest.fail(f"running=[1, 1, 1] is three requests on ONE adapter, within max_loras=1; you raised {exc!r}: "
+                    "count distinct running adapters, not running requests")
+    assert adm == ([0, 1], [2]), (
+        f"running=[1, 1, 1] with max_loras=1: adapter 1 holds the one slot, so the 1 and the base request ride "
+        f"along and adapter 2 waits; got {adm}"
+    )
+
+
+@pytest.mark.parametrize("queue, running", [([1, 0], ()), ([None, 0], [1]), ([2, None, -3], [1])])
+def test_bad_id_is_refused_even_when_the_cap_is_full(queue, running):
+    try:
+        adm = lab.max_schedulable(queue, 1, running=running)
+    except ValueError:
+        return
+    pytest.fail(f"waiting {queue} (running {list(running)}, max_loras=1) holds an id < 1, but you returned {adm}: "
+                "check every waiting id, not only the ones that would claim a free slot")
+
+
 def test_refused_ensure_changes_nothing():
     with pytest.raises(ValueError, match="positive"):
         lab.AdapterSlotCache(0)

@@ -86,6 +86,7 @@ def corrupted_steps(max_loras: int, steps: Sequence[Sequence[int | None]]) -> li
     for ``max_loras < 1``, an invalid adapter id, or a step with more than ``max_loras`` distinct
     adapters (the scheduler never builds one; vLLM's worker would refuse it).
     """
+    _check((), max_loras)  # even with no steps
     loaded: set[int] = set()
     out: list[bool] = []
     for s, batch in enumerate(steps):

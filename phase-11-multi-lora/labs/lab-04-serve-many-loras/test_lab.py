@@ -141,6 +141,19 @@ def test_promised_errors():
             lab.corrupted_steps(2, [[None, bad]])
     with pytest.raises(ValueError, match="max_tokens"):
         lab.total_steps([1], 1, 0)
+    calls = {
+        "admission_rounds([], 0)": lambda: lab.admission_rounds([], 0),
+        "min_steps([], 0)": lambda: lab.min_steps([], 0),
+        "total_steps([], 0, 8)": lambda: lab.total_steps([], 0, 8),
+        "corrupted_steps(0, [])": lambda: lab.corrupted_steps(0, []),
+    }
+    for shown, call in calls.items():
+        try:
+            got = call()
+        except ValueError:
+            continue
+        pytest.fail(f"{shown} returned {got!r}: an empty queue (or history) does not make max_loras=0 valid; "
+                    "check the arguments before the early return")
     with pytest.raises(ValueError, match="max_loras=2"):
         lab.corrupted_steps(2, [[1, 2, 3]])
 

@@ -84,6 +84,12 @@ def test_metadata_rejects_slots_out_of_range(bad, match):
 def test_metadata_rejects_2d_slots():
     with pytest.raises(ValueError, match="1-D"):
         lab.sgmv_metadata(torch.zeros(2, 2, dtype=torch.int64), 3)
+    try:
+        meta = lab.sgmv_metadata(torch.zeros(0, 2, dtype=torch.int64), 3)
+    except ValueError:
+        return
+    pytest.fail(f"an empty (0, 2) slots tensor gave {meta.slot_ids.tolist()}: it is still 2-D; check the shape before "
+                "any early return for an empty batch")
 
 
 # --------------------------------------------------------------------------- part 2: shrink

@@ -172,6 +172,17 @@ def test_documented_errors():
         lab.compile_pattern("[0-9]+0")
 
 
+@pytest.mark.parametrize("pattern", ["[0-9]+[0-9]+", "a+[ab]+", "[a-c]+b+x"])
+def test_plus_clash_is_refused_when_the_next_atom_also_repeats(pattern):
+    try:
+        fsm = lab.compile_pattern(pattern)
+    except ValueError:
+        return
+    pytest.fail(f"compile_pattern({pattern!r}) built {fsm.num_states} states: a '+' atom and the next atom share a "
+                "character, and the next atom's own '+' does not change that (one character, two next states). "
+                "Check the clash whether or not the next atom repeats")
+
+
 @pytest.mark.parametrize("pattern", [HEX, "[0-9]+\\.[0-9]", "a+b+c", "[a-f]x+[0-9]", "\\.q@+"])
 def test_agrees_with_mini_vllm_grammar(pattern):
     from mini_vllm.grammar import GrammarCompiler, Vocab

@@ -59,6 +59,20 @@ def test_illegal_feed_raises():
         lab.JsonMachine().feed("x")
 
 
+@pytest.mark.parametrize("prefix", ["12", "0"])
+@pytest.mark.parametrize("ch", [",", "}"])
+def test_top_level_int_refuses_comma_and_close(prefix, ch):
+    m = feed_all(lab.JsonMachine(), prefix)
+    before = (m.mode, m.depth)
+    try:
+        m.feed(ch)
+    except ValueError:
+        assert (m.mode, m.depth) == before, f"the refused {ch!r} after {prefix!r} changed the machine to {(m.mode, m.depth)}"
+        return
+    pytest.fail(f"{ch!r} after the top-level integer {prefix!r} was accepted (now mode {m.mode!r}, depth {m.depth}): "
+                "at depth 0 nothing may end an integer, so feed must raise before ending it")
+
+
 def test_depth_is_the_stack():
     m = lab.JsonMachine()
     for level in range(1, 9):

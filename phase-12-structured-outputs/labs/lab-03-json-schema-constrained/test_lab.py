@@ -103,6 +103,16 @@ def test_min_bounds_and_messages():
         "$.s: length 1 < minLength 2", "$.l: 0 items < minItems 1", "$.x: 1.75 > maximum 1.5"]
 
 
+def test_bounds_apply_to_numbers_only():
+    for value, schema in [(True, {"minimum": 5}), (False, {"maximum": -1}), (True, {"enum": [True], "minimum": 2}),
+                          ("abc", {"maximum": 1}), ([1, 2, 3], {"minimum": 9})]:
+        errs = lab.validate(value, schema)
+        assert errs == [], (
+            f"validate({value!r}, {schema}) = {errs}: minimum and maximum constrain numbers only; without a 'type' a "
+            f"{type(value).__name__} passes them (Python's bool is an int, JSON's true is not a number)"
+        )
+
+
 def test_required_and_additional_properties():
     errs = lab.validate({"age": 3, "role": "user", "extra": 1}, PROFILE)
     assert errs == ["$: missing required key 'name'", "$: unexpected key 'extra'"], (
@@ -184,6 +194,25 @@ def test_bad_constraints_and_finish_reasons_raise():
     for reason in ["abort", "error", None]:
         with pytest.raises(ValueError, match="finish_reason"):
             lab.check_output("a", reason, {"regex": "a"})
+    for constraint in [{}, {"json": PROFILE, "regex": "a"}, {"grammar": "root ::= 'a'"}]:
+        try:
+            got = lab.check_output("a", "length", constraint)
+        except ValueError:
+            continue
+        pytest.fail(f"check_output('a', 'length', {constraint}) returned {got!r}: a malformed constraint is refused "
+                    "whatever the finish reason; check the constraint before answering 'truncated'")
+
+
+def test_an_empty_constraint_value_is_still_a_constraint():
+    # vLLM counts the constraints that are set (not None): an empty regex or choice list is one
+    for text, constraint, want in [("", {"regex": ""}, "ok"), ("a", {"regex": ""}, "invalid"),
+                                   ("a", {"choice": []}, "invalid"), ("", {"json": {}}, "unparseable")]:
+        try:
+            got = lab.check_output(text, "stop", constraint)
+        except ValueError as exc:
+            pytest.fail(f"check_output({text!r}, 'stop', {constraint}) raised {exc!r}: the constraint is set (not None), "
+                        f"even if empty; count constraints with 'is not None', not by truthiness")
+        assert got == want, f"check_output({text!r}, 'stop', {constraint}) = {got!r}, expected {want!r}"
 
 
 # --- tier 1: the real vLLM scheduler + StructuredOutputManager + xgrammar on CPU -------------------

@@ -282,6 +282,16 @@ def test_errors():
     assert (logits == 0).all(), "a refused call changes nothing"
     lab.apply_token_bitmask(logits, torch.zeros(0, 2, dtype=torch.int32), torch.zeros(0, dtype=torch.int32))
     assert (logits == 0).all(), "no grammar rows: nothing to do (and no launch with an empty grid)"
+    for what, bitmask, indices in [
+        ("a 1-word bitmask (32 tokens) for V = 40", torch.zeros(0, 1, dtype=torch.int32), torch.zeros(0, dtype=torch.int32)),
+        ("0 bitmask rows with 1 logits index", torch.zeros(0, 2, dtype=torch.int32), idx),
+    ]:
+        try:
+            lab.apply_token_bitmask(logits, bitmask, indices)
+        except ValueError:
+            continue
+        pytest.fail(f"{what} was accepted because the bitmask has no rows: an empty batch is still checked "
+                    "(width, one index per row) before the early return")
 
 
 @pytest.mark.gpu

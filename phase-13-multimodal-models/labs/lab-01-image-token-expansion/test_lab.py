@@ -52,6 +52,11 @@ def test_expansion_splices_in_place():
     assert [(r.offset, r.length) for r in ranges] == [(3, 7)], f"the image starts where its marker was: {ranges}"
     ids, _ = lab.expand_prompt(prompt, IMG, [7], placeholder_id=-100)
     assert ids == [1, 2, 3] + [-100] * 7 + [4, 5], "placeholder_id replaces the fill, not the surrounding text"
+    ids, _ = lab.expand_prompt(prompt, IMG, [2], placeholder_id=0)
+    assert ids == [1, 2, 3, 0, 0, 4, 5], (
+        f"placeholder_id=0 is a real token id (often <unk> or <pad>) and must be used as the fill; got {ids}: "
+        "test 'placeholder_id is None', not its truthiness"
+    )
     ids, ranges = lab.expand_prompt([IMG], IMG, [1])
     assert ids == [IMG] and [(r.offset, r.length) for r in ranges] == [(0, 1)], "a 1-token image at position 0"
     ids, ranges = lab.expand_prompt([5, 6], IMG, [])

@@ -116,6 +116,20 @@ def test_bad_input_is_refused(args, match):
         lab.plan_chunk(*args)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [(-1, 0, TWO, set(), 0), (0, 0, TWO, set(), -5), (0, 0, [PlaceholderRange(10, 10), PlaceholderRange(15, 10)], set(), 0)],
+    ids=["negative-computed", "negative-budget", "overlap"],
+)
+def test_an_empty_chunk_is_still_checked(args):
+    try:
+        got = lab.plan_chunk(*args)
+    except ValueError:
+        return
+    pytest.fail(f"plan_chunk{args} returned {got}: num_new=0 does not make bad input valid; validate before the "
+                "early return for an empty chunk")
+
+
 def test_agrees_with_mini_vllm():
     rng = random.Random(1302)
     for case in range(400):

@@ -28,6 +28,7 @@ HASH_CASES = [
     ("the same values as uint16", lambda: IMG.astype(np.uint16), False),
     ("the same bytes and shape viewed as int8", lambda: IMG.view(np.int8), False),
     ("a contiguous copy of a transposed view", lambda: np.ascontiguousarray(IMG.transpose(1, 0, 2)).transpose(1, 0, 2), True),
+    ("a Fortran-ordered copy (same values, column-major memory)", lambda: np.asfortranarray(IMG), True),
 ]
 
 
@@ -80,6 +81,13 @@ def test_num_embeds():
         lab.num_embeds(3, [True, False])
     with pytest.raises(ValueError, match="positive length"):
         lab.num_embeds(0, None)
+    for empty in ([], np.zeros(0, dtype=bool)):
+        try:
+            got = lab.num_embeds(3, empty)
+        except ValueError:
+            continue
+        pytest.fail(f"num_embeds(3, {empty!r}) = {got}: an empty mask is a mask with 0 entries for 3 positions "
+                    "(ValueError), not 'no mask'; test 'is_embed is None', not its truthiness")
 
 
 def test_embeds_in_range():

@@ -231,6 +231,19 @@ def test_zero_tokens_is_a_no_op():
     q, k = torch.empty(0, 16), torch.empty(0, 8)
     out = lab.mrope_forward(torch.empty(3, 0, dtype=torch.int64), q, k, cache, 8, 8, [2, 1, 1])
     assert out[0] is q and out[1] is k, "no tokens: return q and k untouched without launching"
+    pos0 = torch.empty(3, 0, dtype=torch.int64)
+    for what, kind, args in [
+        ("int32 positions", TypeError, (pos0.to(torch.int32), q, k, cache)),
+        ("a cos_sin_cache 16 wide for rotary_dim 8", ValueError, (pos0, q, k, torch.zeros(8, 16))),
+        ("positions for 2 tokens", ValueError, (torch.zeros(3, 2, dtype=torch.int64), q, k, cache)),
+        ("k with 5 columns for head_size 8", ValueError, (pos0, q, torch.empty(0, 5), cache)),
+    ]:
+        try:
+            lab.mrope_forward(*args, 8, 8, [2, 1, 1])
+        except kind:
+            continue
+        pytest.fail(f"zero tokens with {what} was accepted: every promised check runs before the early return for an "
+                    f"empty batch ({kind.__name__} expected)")
 
 
 # --------------------------------------------------------------------------- errors

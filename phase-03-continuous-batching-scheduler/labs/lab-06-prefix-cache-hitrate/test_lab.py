@@ -177,6 +177,12 @@ def test_real_scheduler_arrivals_budget_and_registration(real_vllm):
         f"with max_num_batched_tokens=8 the 38 tokens of work need at least ceil(38 / 8) = 5 steps, got "
         f"{tight.steps} steps for {tight.scheduled_tokens} tokens: pass max_num_batched_tokens to the scheduler"
     )
+    cramped = lab.measure(SMALL, enable_caching=True, block_size=4, max_tokens=2, num_gpu_blocks=6)
+    assert (cramped.queries, cramped.hits) == (45, 24), (
+        f"a 6-block pool cannot hold all three requests: vLLM preempts and re-admits, and every re-admission looks "
+        f"its tokens up again, so it reports (45 queries, 24 hits) instead of (35, 16); got "
+        f"{(cramped.queries, cramped.hits)}: pass num_gpu_blocks to the scheduler config"
+    )
 
 
 # --- the whole engine's own metrics (tier 2) next to the scheduler-only figure ----------------------

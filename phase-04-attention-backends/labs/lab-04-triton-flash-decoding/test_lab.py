@@ -112,6 +112,10 @@ def test_choose_num_splits():
     for args, want, why in cases:
         got = lab.choose_num_splits(*args)
         assert got == want, f"choose_num_splits{args} should be {want} ({why}), got {got}"
+    got = lab.choose_num_splits(1, 32, 32768, 132, min_tokens_per_split=8192)
+    assert got == 4, f"with min_tokens_per_split=8192, 32768 tokens stop at 4 splits of 8192, got {got}"
+    got = lab.choose_num_splits(1, 1, 1 << 20, 1024, max_splits=4)
+    assert got == 4, f"max_splits=4 caps S at 4 (read the argument, not a fixed 64), got {got}"
 
 
 # --- full shapes on a CUDA GPU ---------------------------------------------------------------

@@ -116,6 +116,19 @@ def test_prediction_reads_dtype_and_the_compute_roof():
     )
 
 
+def test_prediction_reads_launch_floor_and_bandwidth():
+    cfg, lab02 = lab.DecoderConfig(), lab.LAB02
+    rows = lab.predict_rows(175, cfg, batches=(1, 64), launch_us=10.0, kernel_floor_us=3.0, hbm_tb_s=1.0)
+    floor_us, hbm_us = 175 * 3.0, 2 * (cfg.weight_params + cfg.kv_elems(64)) / 1e6
+    for row, gpu in zip(rows, (floor_us, hbm_us)):
+        want = lab02.eager_step_us(175, 10.0, gpu / 175), lab02.graph_step_us(175, 10.0, gpu / 175)
+        assert row["gpu_us"] == pytest.approx(gpu) and (row["eager_us"], row["graph_us"]) == pytest.approx(want), (
+            f"batch {row['batch']} with launch 10 us, floor 3 us/kernel, 1 TB/s: GPU time {gpu:.0f} us, "
+            f"eager/graph {want[0]:.0f}/{want[1]:.0f} us; got {row['gpu_us']:.0f}, "
+            f"{row['eager_us']:.0f}/{row['graph_us']:.0f}: use the launch_us, kernel_floor_us and hbm_tb_s arguments"
+        )
+
+
 def test_model_comparison_fits_from_the_smallest_batch_whatever_the_order():
     lab02 = lab.LAB02
     n, launch = 175, 7.0

@@ -24,6 +24,8 @@ def test_clamp_chunks_and_budgets():
         ((100, 8, 16), 8, "both caps apply: threshold gives 16, then the budget cuts it to 8"),
         ((1, 2048, 16), 1, "a decode (1 token) is never changed"),
         ((5, 0, 0), 0, "an empty budget gives 0 tokens"),
+        ((5, -3, 0), 0, "an overspent budget gives 0 tokens, never a negative count: floor the result at 0"),
+        ((-2, 2048, 16), 0, "a request with less than nothing to do gets 0, never a negative count"),
     ]
     for args, want, why in cases:
         got = lab.clamp(*args)

@@ -32,6 +32,25 @@ def test_exact_division_has_no_extra_step():
     assert lab.num_prefill_steps(257, 64, 2048) == 5, "one token over a multiple needs one more step: ceil(257/64) = 5"
 
 
+def test_a_one_token_remainder_over_a_big_chunk_is_a_step():
+    # A remainder that is a tiny fraction of the chunk still needs its own step; a float ceiling
+    # (int(x + 0.999), round(...)) loses it. Integer ceiling: -(-prompt_len // chunk).
+    cases = [(2049, 0, 2048), (8193, 8192, 16384), (100_001, 0, 100_000), (5, 0, 4)]
+    for prompt_len, threshold, budget in cases:
+        chunk = min(threshold or budget, budget)
+        want = -(-prompt_len // chunk)
+        got = lab.num_prefill_steps(prompt_len, threshold, budget)
+        assert got == want, (
+            f"num_prefill_steps({prompt_len}, {threshold}, {budget}) should be {want} (a {prompt_len % chunk}-token "
+            f"remainder over chunk {chunk} is one more step), got {got}: use an integer ceiling, not a float fudge"
+        )
+        chunks = lab.predicted_chunks(prompt_len, threshold, budget)
+        assert len(chunks) == got and sum(chunks) == prompt_len, (
+            f"predicted_chunks({prompt_len}, {threshold}, {budget}) = {len(chunks)} chunks summing to {sum(chunks)}; "
+            f"it must agree with num_prefill_steps ({got}) and cover the prompt exactly"
+        )
+
+
 def test_engine_follows_the_predicted_chunks():
     for threshold in (0, 64, 100):
         obs = lab.observe(PROMPT, threshold)
@@ -71,3 +90,12 @@ def test_engine_chunks_by_a_small_budget_alone():
     )
     assert obs.sampled == [False, False, True, True], f"only the completing chunk and the decode sample, got {obs.sampled}"
     assert obs.token_ids == lab.observe(PROMPT, 0, max_tokens=2).token_ids, "budget chunking never changes the tokens"
+
+
+def test_observe_ignores_eos():
+    # The toy model's greedy first token after "66666666" is EOS (id 256): observe must keep going.
+    obs = lab.observe("66666666", 4, max_tokens=3)
+    assert obs.scheduled == [4, 4, 1, 1] and len(obs.token_ids) == 3, (
+        f"an 8-token prompt at threshold 4 is 4 + 4, then 2 decodes for 3 tokens; got scheduled {obs.scheduled}, "
+        f"{len(obs.token_ids)} tokens: pass ignore_eos=True (this prompt's first greedy token is EOS)"
+    )

@@ -74,3 +74,22 @@ def test_a_small_budget_alone_chunks_the_intruder():
         f"got {result.victim_tokens}, TTFT {result.intruder_ttft_steps} steps"
     )
     assert len(result.victim_output) == 6, f"max_tokens=6 gives 6 tokens, got {len(result.victim_output)}"
+
+
+def test_steps_while_alive_stop_when_a_finishes_even_if_b_goes_on():
+    # B wants 12 tokens, A only 3 (1 with its prefill, 2 after B arrives): A leaves first, B keeps decoding.
+    result = lab.run_collision(0, long_prompt_len=20, max_tokens=3, long_max_tokens=12)
+    assert result.steps_while_alive == 2 == len(result.costs), (
+        f"A decodes for 2 steps after B arrives, so steps_while_alive should be 2 (the steps in which A ran: "
+        f"{len(result.costs)}), got {result.steps_while_alive}: step until A's output comes back, not until "
+        f"the engine is empty (B outlives A here)"
+    )
+
+
+def test_collision_ignores_eos():
+    # long_prompt(110) greedily samples EOS as its 3rd token: with ignore_eos B still decodes 6 tokens.
+    result = lab.run_collision(0, long_prompt_len=110, max_tokens=10, long_max_tokens=6)
+    assert result.costs == [111, 2, 2, 2, 2, 2, 1, 1, 1], (
+        f"B's 110-token prefill rides with A (111), B decodes its other 5 tokens next to A (2 each), then A alone "
+        f"(1); got {result.costs}: pass ignore_eos=True to both requests (B's 3rd greedy token is EOS)"
+    )

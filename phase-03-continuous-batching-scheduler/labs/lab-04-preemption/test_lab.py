@@ -120,3 +120,29 @@ def test_prompt_ending_mid_block_at_block_size_8():
         f"at block size 8 the cramped pool must still deliver 11 tokens each, equal to a roomy pool's: "
         f"{cramped.token_ids} vs {roomy.token_ids}")
     assert cramped.num_preemptions == {"req-0": 0, "req-1": 1}, f"one preemption of req-1, got {cramped.num_preemptions}"
+
+
+def test_trace_ignores_eos():
+    # Under greedy decoding the toy model's first token after "66666666" is EOS (id 256): without
+    # ignore_eos that request stops after 1 token and the pool arithmetic no longer describes the run.
+    t = lab.trace(["66666666", "abcdefgh"], **ROOMY, max_tokens=4)
+    lengths = [len(ids) for ids in t.token_ids]
+    assert lengths == [4, 4] and t.finish_reasons == ["length", "length"], (
+        f"both requests must generate all 4 tokens and finish with 'length', got lengths {lengths}, "
+        f"reasons {t.finish_reasons}: trace must pass ignore_eos=True (a prompt whose greedy next token is EOS)"
+    )
+
+
+def test_make_engine_keeps_prefix_caching_and_eight_seats():
+    from mini_vllm import SamplingParams
+
+    engine = lab.make_engine(64, 4)
+    params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+    ids = [engine.add_request("abcdefghi", params) for _ in range(9)]  # 9 identical 9-token prompts
+    out = engine.scheduler.schedule()
+    got = [out.num_scheduled_tokens.get(rid, 0) for rid in ids]
+    assert got == [9] + [1] * 7 + [0], (
+        f"with prefix caching on and max_num_seqs=8, the first copy computes 9 tokens, the next 7 adopt its two "
+        f"full blocks (8 tokens) and compute 1, the 9th waits for a seat; got {got}: make_engine must keep "
+        f"prefix caching on (the default) and set max_num_seqs=8"
+    )

@@ -78,3 +78,18 @@ def test_block_size_8_with_a_partial_shared_block():
     assert off - on == lab.predicted_savings(3, 65, 60, 8), (
         f"measured savings {off - on} at block size 8, predicted {lab.predicted_savings(3, 65, 60, 8)}")
     assert toks_off == toks_on and all(len(t) == 2 for t in toks_on), "2 identical tokens per request either way"
+
+
+def test_the_pool_size_reaches_the_engine():
+    # 19 blocks of 4 (18 usable, the null block aside) = 72 slots: room for 65 prompt + 4 output tokens.
+    total, _ = lab.run_and_count(lab.PROMPTS, enable_caching=True, num_gpu_blocks=19)
+    assert total == 96, f"a 19-block pool still serves the 8 prompts (some wait) for 96 tokens, got {total}"
+    # 17 blocks = 64 slots: the engine caps max_model_len at 64 and must refuse a 65-token prompt.
+    try:
+        lab.run_and_count(lab.PROMPTS, enable_caching=True, num_gpu_blocks=17)
+    except ValueError:
+        return
+    raise AssertionError(
+        "num_gpu_blocks=17 holds 64 tokens, too few for a 65-token prompt, yet the run went through: build "
+        "LLMEngine(num_gpu_blocks=num_gpu_blocks, ...) from the argument, not a fixed pool"
+    )

@@ -143,6 +143,48 @@ def test_real_scheduler_at_block_size_4(real_vllm):
     assert off.scheduled_tokens == 35 + 3, f"caching off: 35 prompt tokens + 1 decode each = 38, got {off.scheduled_tokens}"
 
 
+EXACT = list(range(2000, 2032))  # 32 tokens: exactly 2 full blocks of 16
+LONGER = EXACT + list(range(5000, 5016))  # the same 32, then 16 more
+
+
+def test_prediction_registers_the_block_holding_the_last_token():
+    got = lab.predict_prefix_hits([EXACT, LONGER], BS)
+    assert got == [0, 32], (
+        f"a 32-token prompt registers both of its full blocks (registration has no last-token cap; only the "
+        f"lookup does), so a 48-token prompt that extends it hits 2 blocks = 32 tokens; expected [0, 32], got {got}"
+    )
+
+
+@pytest.mark.upstream
+def test_real_scheduler_arrivals_budget_and_registration(real_vllm):
+    ext = lab.measure([EXACT, LONGER], enable_caching=True, max_tokens=2, num_gpu_blocks=64)
+    assert ext.hits == 32 == sum(lab.predict_prefix_hits([EXACT, LONGER], BS)), (
+        f"vLLM hits {ext.hits} tokens for a prompt extending an earlier 32-token one: the earlier prompt's "
+        f"last full block is cached too"
+    )
+    apart = lab.measure(
+        SMALL, enable_caching=True, arrive_together=False, block_size=4, max_tokens=2, num_gpu_blocks=64
+    )
+    assert apart.steps == 4, (
+        f"request i arrives just before step i (q0 before the first step); each needs a prefill step and one "
+        f"decode step, so the last (q2, arriving before step 2) finishes in step 3: 4 steps, got {apart.steps}: "
+        f"add request i when len(records) >= i, not after i steps"
+    )
+    tight = lab.measure(
+        SMALL, enable_caching=False, block_size=4, max_tokens=2, num_gpu_blocks=64, max_num_batched_tokens=8
+    )
+    assert tight.scheduled_tokens == 38 and tight.steps >= 5, (
+        f"with max_num_batched_tokens=8 the 38 tokens of work need at least ceil(38 / 8) = 5 steps, got "
+        f"{tight.steps} steps for {tight.scheduled_tokens} tokens: pass max_num_batched_tokens to the scheduler"
+    )
+    cramped = lab.measure(SMALL, enable_caching=True, block_size=4, max_tokens=2, num_gpu_blocks=6)
+    assert (cramped.queries, cramped.hits) == (45, 24), (
+        f"a 6-block pool cannot hold all three requests: vLLM preempts and re-admits, and every re-admission looks "
+        f"its tokens up again, so it reports (45 queries, 24 hits) instead of (35, 16); got "
+        f"{(cramped.queries, cramped.hits)}: pass num_gpu_blocks to the scheduler config"
+    )
+
+
 # --- the whole engine's own metrics (tier 2) next to the scheduler-only figure ----------------------
 def _metric_list():
     from vllm.v1.metrics.reader import Counter, Gauge, Histogram

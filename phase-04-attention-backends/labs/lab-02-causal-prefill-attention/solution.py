@@ -65,8 +65,12 @@ def paged_causal_prefill_attention(Q: np.ndarray, k_cache: np.ndarray, v_cache: 
 
 def chunked_prefill(Q: np.ndarray, K: np.ndarray, V: np.ndarray, chunk_sizes: list[int],
                     k_cache: np.ndarray, v_cache: np.ndarray, block_table: list[int]) -> np.ndarray:
-    """Run a prompt's prefill as consecutive chunks: write each chunk's K/V, then attend its queries."""
-    assert sum(chunk_sizes) == Q.shape[0], "chunk sizes must cover the prompt exactly"
+    """Run a prompt's prefill as consecutive chunks: write each chunk's K/V, then attend its queries.
+
+    Chunk sizes that do not add up to the prompt length raise ``ValueError`` before anything is written.
+    """
+    if sum(chunk_sizes) != Q.shape[0]:
+        raise ValueError(f"chunk sizes {list(chunk_sizes)} add up to {sum(chunk_sizes)}, not {Q.shape[0]}")
     outs, start = [], 0
     for size in chunk_sizes:
         end = start + size

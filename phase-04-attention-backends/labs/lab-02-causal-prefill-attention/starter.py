@@ -63,7 +63,10 @@ def paged_causal_prefill_attention(Q: np.ndarray, k_cache: np.ndarray, v_cache: 
 
 def chunked_prefill(Q: np.ndarray, K: np.ndarray, V: np.ndarray, chunk_sizes: list[int],
                     k_cache: np.ndarray, v_cache: np.ndarray, block_table: list[int]) -> np.ndarray:
-    """Run a prompt's prefill as consecutive chunks: write each chunk's K/V, then attend its queries."""
+    """Run a prompt's prefill as consecutive chunks: write each chunk's K/V, then attend its queries.
+
+    Chunk sizes that do not add up to the prompt length raise ``ValueError`` before anything is written.
+    """
     raise NotImplementedError(
         "chunked_prefill: for each chunk [start, start+size): write_chunk its K/V FIRST, then "
         "paged_causal_prefill_attention(Q[start:end], ..., start_pos=start); concatenate the rows"

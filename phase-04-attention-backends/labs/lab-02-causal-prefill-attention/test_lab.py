@@ -126,6 +126,24 @@ def test_three_or_more_chunks_other_block_size():
         )
 
 
+def test_chunk_sizes_that_miss_the_prompt_are_refused_before_any_write():
+    Q, K, V = _tokens(12, seed=3)
+    for chunks in ([5, 5], [5, 7, 1], [12, 0, 3]):
+        kc, vc = _empty_cache()
+        try:
+            out = lab.chunked_prefill(Q, K, V, chunks, kc, vc, [6, 2, 5])
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(
+                f"chunk sizes {chunks} add up to {sum(chunks)} for a 12-token prompt, yet chunked_prefill returned "
+                f"{out.shape[0]} rows: check sum(chunk_sizes) == len(Q) and raise ValueError"
+            )
+        assert np.isnan(kc).all() and np.isnan(vc).all(), (
+            f"chunk sizes {chunks} were refused only after K/V had been written into the cache: check first"
+        )
+
+
 
 
 

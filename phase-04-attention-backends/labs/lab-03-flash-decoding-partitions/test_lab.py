@@ -137,6 +137,22 @@ def test_all_scores_below_minus_700_with_empty_partitions():
         assert np.max(np.abs(out - want)) < 1e-9, f"{p} partitions with scores near -790 differ from dense"
 
 
+def test_value_width_differs_from_key_width():
+    # K rows are D = 16 wide, V rows 5 wide (a value head size unlike the key's); 9 partitions over 6 keys
+    rng = np.random.default_rng(8)
+    q, K, V = rng.standard_normal(D), rng.standard_normal((6, D)), rng.standard_normal((6, 5))
+    empty = lab.attend_partial(q, K[:0], V[:0])
+    assert empty.m == -np.inf and empty.denom == 0 and np.shape(empty.acc) == (5,), (
+        f"an empty key range (K (0, 16), V (0, 5)) must summarise to (-inf, 0, zeros(5)): acc has V's width, got "
+        f"m={empty.m}, denom={empty.denom}, acc shape {np.shape(empty.acc)}: size it from V.shape[-1], not K's"
+    )
+    out = lab.partitioned_attention(q, K, V, 9)
+    want = _dense(q, K, V)
+    assert np.shape(out) == (5,) and np.max(np.abs(out - want)) < 1e-12, (
+        f"9 partitions (3 empty) with 5-wide values: expected shape (5,) equal to dense, got shape {np.shape(out)}"
+    )
+
+
 
 
 

@@ -106,10 +106,16 @@ def test_choose_num_splits():
              ((4, 32, 32768, 132), 2, "4x32 = 128 < 132, one doubling fills the GPU"),
              ((64, 32, 4096, 132), 1, "a big batch already fills every SM: splitting only adds merge traffic"),
              ((1, 32, 256, 132), 1, "256 tokens cannot be cut into halves of >= 256 tokens"),
-             ((1, 1, 1 << 20, 1024), 64, "never more than max_splits = 64")]
+             ((1, 1, 1 << 20, 1024), 64, "never more than max_splits = 64"),
+             ((1, 32, 32768, 128), 4, "1x32x4 = 128 programs exactly fill 128 SMs: stop once B*H*S is no longer < SMs"),
+             ((1, 32, 512, 132), 2, "512 tokens halve into exactly 256 each: a split of exactly 256 tokens is allowed")]
     for args, want, why in cases:
         got = lab.choose_num_splits(*args)
         assert got == want, f"choose_num_splits{args} should be {want} ({why}), got {got}"
+    got = lab.choose_num_splits(1, 32, 32768, 132, min_tokens_per_split=8192)
+    assert got == 4, f"with min_tokens_per_split=8192, 32768 tokens stop at 4 splits of 8192, got {got}"
+    got = lab.choose_num_splits(1, 1, 1 << 20, 1024, max_splits=4)
+    assert got == 4, f"max_splits=4 caps S at 4 (read the argument, not a fixed 64), got {got}"
 
 
 # --- full shapes on a CUDA GPU ---------------------------------------------------------------

@@ -142,3 +142,28 @@ def test_failed_capture_leaves_no_graph():
         f"happened; got {lab.LaunchCounter.n - before} launches and {out}"
     )
     assert runner.num_captured == 1
+
+
+def test_capture_copies_the_callers_array():
+    x = np.ones(4)
+    runner = lab.GraphRunner(OPS)
+    runner(x)
+    assert runner.graphs[(4,)].static_input is not x, (
+        "the static buffer must be the runner's own copy (x.copy()), not the caller's array"
+    )
+    runner(np.full(4, 5.0))
+    assert np.all(x == 1.0), (
+        f"a replay overwrote the array the caller passed to the capture call, now {x}: capture into a copy, "
+        f"so later copies into the static buffer never touch memory the caller owns"
+    )
+
+
+def test_same_batch_size_other_width_is_another_graph():
+    runner = lab.GraphRunner(OPS)
+    runner(np.ones((4, 1)))
+    out = runner(np.full((4, 3), 2.0))
+    assert runner.num_captured == 2 and lab.LaunchCounter.n == 6, (
+        f"(4, 3) after (4, 1) is a new shape: the key is the whole shape, not the batch size, so it captures "
+        f"(3 + 3 = 6 launches, 2 graphs); got {lab.LaunchCounter.n} launches, {runner.num_captured} graphs"
+    )
+    assert out.shape == (4, 3) and np.all(out == 20.0), f"(4, 3) of 2.0 must give 20.0 everywhere, got {out}"

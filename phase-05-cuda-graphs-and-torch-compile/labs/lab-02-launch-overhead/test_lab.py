@@ -38,6 +38,12 @@ def test_crossover_second_call():
         "capture cost 5n delays the crossover: smallest k with 1500 + k - 1 < 300k is k = 6"
     )
     assert lab.crossover(4, capture_cost_ops=20) == 7, "n=4, c=20: 20 + k - 1 < 4k first holds at k = 7"
+    for n, c in ((4, 1), (3, 2), (300, 299)):
+        got = lab.crossover(n, capture_cost_ops=c)
+        assert got == 1 and lab.graph_launches(n, 1, c) < lab.eager_launches(n, 1), (
+            f"crossover({n}, capture_cost_ops={c}) should be 1: a capture of {c} launches is already below one eager "
+            f"call's {n}, so graphs win on the first call; got {got}. Do not assume the first call is a tie"
+        )
 
 
 def test_crossover_never_for_single_op():

@@ -99,6 +99,51 @@ def test_model_comparison_fits_launch_cost():
     assert rows[2]["speedup"] == pytest.approx(1.0, abs=0.01), "GPU-bound batch 64 gains nothing"
 
 
+def test_prediction_reads_dtype_and_the_compute_roof():
+    fp32 = lab.DecoderConfig(dtype="float32")
+    row = lab.predict_rows(175, fp32, batches=(64,))[0]
+    want = 4 * (fp32.weight_params + fp32.kv_elems(64)) / 3.35e6
+    assert row["gpu_us"] == pytest.approx(want), (
+        f"a float32 model moves 4 bytes per element: batch 64 reads {want:.0f} us worth of bytes at 3.35 TB/s, "
+        f"got {row['gpu_us']:.0f} us: take the element size from cfg.dtype"
+    )
+    cfg = lab.DecoderConfig()
+    row = lab.predict_rows(175, cfg, batches=(64,), peak_tflops=1.0)[0]
+    flops = 2 * 64 * cfg.weight_params + 2 * cfg.kv_elems(64)
+    assert row["gpu_us"] == pytest.approx(flops / 1e6), (
+        f"at 1 TFLOP/s the compute roof binds: 2 flops per weight per sequence (x 64) + 2 per cached element = "
+        f"{flops:.3g} flops = {flops / 1e6:.0f} us, got {row['gpu_us']:.0f} us"
+    )
+
+
+def test_prediction_reads_launch_floor_and_bandwidth():
+    cfg, lab02 = lab.DecoderConfig(), lab.LAB02
+    rows = lab.predict_rows(175, cfg, batches=(1, 64), launch_us=10.0, kernel_floor_us=3.0, hbm_tb_s=1.0)
+    floor_us, hbm_us = 175 * 3.0, 2 * (cfg.weight_params + cfg.kv_elems(64)) / 1e6
+    for row, gpu in zip(rows, (floor_us, hbm_us)):
+        want = lab02.eager_step_us(175, 10.0, gpu / 175), lab02.graph_step_us(175, 10.0, gpu / 175)
+        assert row["gpu_us"] == pytest.approx(gpu) and (row["eager_us"], row["graph_us"]) == pytest.approx(want), (
+            f"batch {row['batch']} with launch 10 us, floor 3 us/kernel, 1 TB/s: GPU time {gpu:.0f} us, "
+            f"eager/graph {want[0]:.0f}/{want[1]:.0f} us; got {row['gpu_us']:.0f}, "
+            f"{row['eager_us']:.0f}/{row['graph_us']:.0f}: use the launch_us, kernel_floor_us and hbm_tb_s arguments"
+        )
+
+
+def test_model_comparison_fits_from_the_smallest_batch_whatever_the_order():
+    lab02 = lab.LAB02
+    n, launch = 175, 7.0
+    measured = {}
+    for b, k_us in ((64, 9.0), (8, 2.0), (1, 1.0)):  # largest batch first
+        measured[b] = (lab02.eager_step_us(n, launch, k_us), lab02.graph_step_us(n, launch, k_us))
+    rows = lab.compare_with_model(n, measured)
+    assert [r["batch"] for r in rows] == [1, 8, 64], f"rows come in batch order, got {[r['batch'] for r in rows]}"
+    got = rows[0]["launch_us"]
+    assert got == pytest.approx(measured[1][0] / n), (
+        f"launch_us must be fitted from the smallest batch (1: {measured[1][0] / n:.2f} us), not the first key of "
+        f"the dict (64, GPU-bound); got {got:.2f} us"
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 8, 64])
 def test_cuda_graph_matches_eager(batch):

@@ -142,6 +142,16 @@ def test_group_scale_overhead_is_the_tradeoff():
     assert lab.scale_overhead(128, weight_bits=8) == 0.015625, "the same scales on int8 weights cost 0.125 / 8 = 1.5625%"
 
 
+def test_scale_overhead_honours_the_scale_width():
+    # fp32 scales (some GPTQ exports) cost twice fp16's; fp8 scales half of it.
+    for scale_bits, want in ((32, 0.0625), (8, 0.015625)):
+        got = lab.scale_overhead(128, scale_bits=scale_bits)
+        assert got == want, (
+            f"group 128 with {scale_bits}-bit scales on 4-bit weights: {scale_bits} / 128 / 4 = {want:.4%}, got "
+            f"{got:.4%}: use the scale_bits argument, not a fixed 16"
+        )
+
+
 def test_all_zero_and_underflowing_groups_get_scale_one():
     # group 0 is all zero (max 0 -> scale 0 -> 0 / 0); group 1's max / 7 underflows float16 to 0:
     # both must store scale 1 and quantize to zeros, with no NaN and no division warning

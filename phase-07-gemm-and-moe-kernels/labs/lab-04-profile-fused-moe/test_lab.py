@@ -91,6 +91,37 @@ def test_grouped_runs_two_matmuls_per_active_expert(grouped_events, setup):
     assert experts.matmuls == 2 * sum(1 for c in counts if c), "grouped experts region: 2 GEMMs per expert with rows"
 
 
+def test_experts_without_rows_are_never_called():
+    # One decode token, top-2 of 8 experts: six experts get no rows and must cost nothing (no label, no GEMM).
+    layer = lab.TorchMoE(hidden=D, intermediate=F, num_experts=E, top_k=K, seed=0)
+    x = torch.randn(1, D, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        chosen = set(torch.topk(x @ layer.gate_weight.T, K, dim=-1).indices.reshape(-1).tolist())
+    summary = lab.summarize_profile(lab.profile_forward(layer, x, "grouped"))
+    called = sorted(
+        int(name.removeprefix(lab.EXPERT_LABEL)) for name in summary if name.startswith(lab.EXPERT_LABEL)
+    )
+    assert called == sorted(chosen), (
+        f"one token routed to experts {sorted(chosen)}, but the grouped forward entered the labels of experts "
+        f"{called}: call self.expert(e, block) only for an expert whose count is non-zero"
+    )
+    experts = lab.region_totals(summary)["moe/experts"]
+    assert experts.matmuls == 2 * len(chosen), (
+        f"{len(chosen)} experts with rows = {2 * len(chosen)} GEMMs, counted {experts.matmuls}: an empty block still "
+        f"launches a (0, d) GEMM"
+    )
+
+
+def test_labels_are_not_counted_as_ops(grouped_events):
+    summary = lab.summarize_profile(grouped_events)
+    for name, s in summary.items():
+        labels = sorted(op for op in s.ops if op.startswith("moe/"))
+        assert not labels, (
+            f"{name} lists the labels {labels} among its ATen ops: a moe/ event is a label, count it in calls "
+            f"and move on (skip it when attributing ops)"
+        )
+
+
 def test_naive_runs_two_matmuls_per_assignment(naive_events, setup):
     _, _, counts = setup
     summary = lab.summarize_profile(naive_events)

@@ -158,6 +158,28 @@ def test_every_operand_strided_other_block_sizes():
 
 
 @pytest.mark.triton
+def test_gate_weight_is_read_at_the_flat_id_whatever_top_k():
+    # The gated GEMM launched with top_k = 2 (the forward only gates with top_k = 1, where the flat id
+    # and the source row coincide): row i reads x[i // 2] but must be scaled by gate.flat[i].
+    g = torch.Generator().manual_seed(41)
+    ids = torch.tensor([[0, 1], [1, 2], [2, 0], [3, 1], [0, 3]])
+    n = ids.numel()
+    x = torch.randn(5, D, generator=g)
+    w = torch.randn(E, D, F, generator=g)
+    gate = torch.arange(1, n + 1, dtype=torch.float32).reshape(5, K) / n      # every slot its own weight
+    out = torch.zeros(n, F)
+    s, e, n_post = lab.moe_align(ids, E, 16)
+    lab.invoke_grouped_gemm(x, w, out, s, e, n_post, top_k=K, topk_weights=gate, num_valid=n)
+    want = torch.stack([gate.reshape(-1)[i] * (x[i // K] @ w[int(ids.reshape(-1)[i])]) for i in range(n)])
+    err = (out - want).abs().amax(dim=1)
+    bad = [i for i in range(n) if err[i] > 1e-4]
+    assert not bad, (
+        f"top_k = {K} with gate weights: flat rows {bad} are off (max error {err.max().item():.2e}); row i is "
+        f"scaled by gate.flat[i] (load Gate + flat id), not by the weight at its source row i // top_k"
+    )
+
+
+@pytest.mark.triton
 def test_nothing_past_k_is_read_even_when_it_is_nan():
     # K = 20 with 16-wide K steps: x and each expert's weight are slices of buffers that hold NaN past
     # K, so a load not masked in k < K turns rows NaN even though the other operand's mask gives 0

@@ -3,6 +3,7 @@
     python -m mini_vllm.bench [--repeats 5] [--quick]     # every case, about three minutes
     python -m mini_vllm.bench --only generate [--work]    # the checkpoint case alone
     python -m mini_vllm.bench --only engine               # the same, against vLLM's CPU engine
+    python -m mini_vllm.bench --only speculation          # n-gram drafts against none
 
 Cases, each a ratio taken per repetition (mini and the reference alternating), median [min, max]:
 block pool and scheduler (10 to 5,000 running) and a mass abort against vLLM's own classes on
@@ -227,6 +228,24 @@ def time_speculation(spec: bool, out: list) -> float:
     return elapsed
 
 
+def speculation_case(repeats: int) -> None:
+    tokens: list = []
+    a, b = interleaved_ratios(
+        lambda: time_speculation(True, tokens), lambda: time_speculation(False, tokens), repeats
+    )
+    assert all(t[0] == tokens[0][0] for t in tokens), (
+        "greedy speculation must emit the tokens plain decoding does"
+    )
+    report(
+        f"speculation ({tokens[0][1]} vs {tokens[1][1]} steps)",
+        a,
+        b,
+        "us/tok",
+        SPEC_PROMPTS * SPEC_TOKENS,
+        "spec / no spec, target < 1.0x",
+    )
+
+
 # -- 5. decode on the trained checkpoint: continuous batching vs one request at a time --------
 CHECKPOINT = Path(__file__).parent / "checkpoints" / "course-llama"
 NUM_PROMPTS, NUM_TOKENS = 32, 64
@@ -378,13 +397,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mini_vllm.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions per case (>= 5)")
     parser.add_argument("--quick", action="store_true", help="skip the 5,000-request cases")
-    parser.add_argument("--only", choices=["generate", "engine"], help="run one case")
+    parser.add_argument("--only", choices=["generate", "engine", "speculation"], help="run one case")
     parser.add_argument("--work", action="store_true", help="the decode case's clock-free figures only")
     parser.add_argument("--profile", action="store_true", help="where mini's decode time goes")
     args = parser.parse_args(argv)
     repeats = max(args.repeats, 1)
     if args.only == "engine":
         engine_case(repeats)
+        return
+    if args.only == "speculation":
+        speculation_case(repeats)
         return
     if args.only == "generate" or args.work:
         decode_case(repeats, args.work, args.profile)
@@ -434,21 +456,7 @@ def main(argv: list[str] | None = None) -> None:
             "target <= 1.0x",
         )
 
-    tokens: list = []
-    a, b = interleaved_ratios(
-        lambda: time_speculation(True, tokens), lambda: time_speculation(False, tokens), repeats
-    )
-    assert all(t[0] == tokens[0][0] for t in tokens), (
-        "greedy speculation must emit the tokens plain decoding does"
-    )
-    report(
-        f"speculation ({tokens[0][1]} vs {tokens[1][1]} steps)",
-        a,
-        b,
-        "us/tok",
-        SPEC_PROMPTS * SPEC_TOKENS,
-        "spec / no spec, target < 1.0x",
-    )
+    speculation_case(repeats)
     decode_case(repeats, False, args.profile)
     engine_case(repeats)
 

@@ -553,13 +553,15 @@ class GPUModelRunner:
         rows = [first_rows[i] + j for i in verify for j in range(len(drafts[i]))]
         params = [states[i].sampling_params for i in verify for _ in drafts[i]]
         # Each draft position's history: the output so far plus the drafts before it (as the bonus row's).
+        # The knobs are read once per request, not once per draft position.
+        needs = {i: reads_output(states[i].sampling_params) for i in verify}
         outputs = [
-            [*states[i].output_token_ids, *drafts[i][:j]] if reads_output(states[i].sampling_params) else []
+            [*states[i].output_token_ids, *drafts[i][:j]] if needs[i] else []
             for i in verify
             for j in range(len(drafts[i]))
         ]
         prompts = [
-            list(states[i].prompt_token_ids) if states[i].sampling_params.repetition_penalty != 1.0 else []
+            states[i].prompt_token_ids if states[i].sampling_params.repetition_penalty != 1.0 else []
             for i in verify
             for _ in drafts[i]
         ]
@@ -580,24 +582,26 @@ class GPUModelRunner:
             with np.errstate(divide="ignore"):
                 target[random_rows] = np.log(kept)
         vocab = logits.shape[1]
-        uniforms, noise = [], []
-        for i in verify:
-            if states[i].sampling_params.is_greedy:  # the greedy path draws nothing
-                uniforms.append(np.zeros(len(drafts[i])))
-                noise.append(np.ones(vocab))
-            else:
+        num_draft = [len(drafts[i]) for i in verify]
+        is_greedy = np.array([states[i].sampling_params.is_greedy for i in verify])
+        uniforms = np.zeros(len(rows))  # the greedy path draws nothing: zeros and ones stand in
+        noise = np.ones((len(verify), vocab))
+        start = 0
+        for k, i in enumerate(verify):
+            if not is_greedy[k]:
                 g = states[i].generator
-                uniforms.append(g.random(len(drafts[i])))
-                noise.append(g.exponential(size=vocab))
+                uniforms[start : start + num_draft[k]] = g.random(num_draft[k])
+                noise[k] = g.exponential(size=vocab)
+            start += num_draft[k]
         out = rejection_sample(
             np.concatenate([drafts[i] for i in verify]),
-            [len(drafts[i]) for i in verify],
+            num_draft,
             None,
             target,
             np.array([bonus[i] for i in verify]),
-            np.array([states[i].sampling_params.is_greedy for i in verify]),
-            uniform_probs=np.concatenate(uniforms),
-            exponentials=np.stack(noise),
+            is_greedy,
+            uniform_probs=uniforms,
+            exponentials=noise,
         )
         for i, emitted in zip(verify, parse_output(out, vocab)):
             sampled[req_ids[i]] = emitted

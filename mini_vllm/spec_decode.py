@@ -285,33 +285,37 @@ def rejection_sample(
 
     max_spec_len = max(num_draft_tokens, default=0)
     out = np.full((batch, max_spec_len + 1), PLACEHOLDER_TOKEN_ID, dtype=np.int32)
-    start = 0
-    for r, n in enumerate(num_draft_tokens):
+    counts = np.array(num_draft_tokens, dtype=np.int64)
+    starts = np.cumsum(counts) - counts
+    # The greedy path for every greedy request at once (a loop per draft token costs a step more
+    # than the whole verification): the target's argmax at each position up to and including the
+    # first draft that differs from it, then the bonus token where none differs.
+    req = np.repeat(np.arange(batch), counts)  # each draft token's request
+    position = np.arange(num_tokens) - starts[req]  # its place among that request's drafts
+    argmax = target_logits.argmax(axis=-1)
+    differ = np.r_[0, np.cumsum(draft_token_ids != argmax)]  # differ[t]: drafts before t that differ
+    reached = is_greedy[req] & (differ[:-1] == differ[starts][req])  # every earlier draft was right
+    out[req[reached], position[reached]] = argmax[reached]  # equal to the draft, or the correction
+    swept = is_greedy & (differ[starts + counts] == differ[starts])
+    out[swept, counts[swept]] = bonus_token_ids[swept]
+    for r in np.flatnonzero(~is_greedy):  # the random path, request by request
+        start, n = int(starts[r]), int(counts[r])
         rows = slice(start, start + n)
         drafts, logits = draft_token_ids[rows], target_logits[rows]
         rejected = False
-        if is_greedy[r]:
-            argmax = logits.argmax(axis=-1)
-            for pos in range(n):
-                out[r, pos] = argmax[pos]  # the target's choice: equal to the draft, or the correction
-                if drafts[pos] != argmax[pos]:
-                    rejected = True
-                    break
-        else:
-            p = softmax_rows(logits)
-            for pos in range(n):
-                x = drafts[pos]
-                qx, px = q[start + pos, x], p[pos, x]
-                if qx > 0 and px / qx >= uniform_probs[start + pos]:
-                    out[r, pos] = x
-                    continue
-                # recovered: a draw from max(p - q, 0) normalised, by the exponential race
-                out[r, pos] = np.argmax(residual(p[pos], q[start + pos]) / exponentials[r])
-                rejected = True
-                break
+        p = softmax_rows(logits)
+        for pos in range(n):
+            x = drafts[pos]
+            qx, px = q[start + pos, x], p[pos, x]
+            if qx > 0 and px / qx >= uniform_probs[start + pos]:
+                out[r, pos] = x
+                continue
+            # recovered: a draw from max(p - q, 0) normalised, by the exponential race
+            out[r, pos] = np.argmax(residual(p[pos], q[start + pos]) / exponentials[r])
+            rejected = True
+            break
         if not rejected:
             out[r, n] = bonus_token_ids[r]
-        start += n
     return out
 
 

@@ -238,7 +238,10 @@ class GPUModelRunner:
         self.drafter: NgramProposer | None = None
         if spec is not None:
             self.drafter = NgramProposer(
-                spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, self.max_model_len
+                spec.num_speculative_tokens,
+                spec.prompt_lookup_min,
+                spec.prompt_lookup_max,
+                self.max_model_len,
             )
         self._draft_token_ids: DraftTokenIds | None = None  # proposed after sampling, until taken
         self.kv_caches: list[np.ndarray] = []
@@ -618,7 +621,9 @@ class GPUModelRunner:
         batch = self.input_batch
         req_ids = batch.req_ids  # after condense: row i holds req_ids[i]
         drafts = self.drafter.propose(
-            [sampled.get(rid, ()) for rid in req_ids], batch.num_tokens_no_spec[: len(req_ids)], batch.token_ids_cpu
+            [sampled.get(rid, ()) for rid in req_ids],
+            batch.num_tokens_no_spec[: len(req_ids)],
+            batch.token_ids_cpu,
         )
         return DraftTokenIds(req_ids, drafts)
 

@@ -8,7 +8,7 @@ drafts back to back per request; greedy path stops at the first draft unequal to
 argmax; random path accepts ``x`` when ``p(x) / q(x) >= u``, else draws a recovered token from
 ``max(p - q, 0)`` by the exponential race ``argmax(residual / E)``; a bonus token when all pass;
 ``PLACEHOLDER_TOKEN_ID`` padding) and ``SpecDecodingStats`` (``vllm/v1/spec_decode/metrics.py``),
-which the scheduler fills. The scheduler and engine drive it; Phase 08's guide tells the story.
+which the scheduler fills. The scheduler and the model runner drive it; Phase 08's guide tells the story.
 
 Left out: numba threads and preallocated buffers, the Triton kernels (the loops are what each
 program does), logits processors, penalties and top-k/top-p on the target rows (callers pass
@@ -106,15 +106,15 @@ def batch_find_longest_matched_ngram(
     back = np.arange(max_n)
     agree = flat[ends[:, None] - back] == flat[last[row][:, None] - back]  # [candidates, max_n]
     length = np.where(agree.all(axis=1), max_n, agree.argmin(axis=1))  # up to the first disagreement
-    # Per row: the longest agreement, then the earliest end, as the largest score.
+    # Per row: the longest agreement, then the earliest end, as the largest score (one per row).
     col = ends - row * width
     score = length * width + (width - 1 - col)
     first = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
     best = np.maximum.reduceat(score, first)
-    n, start = best // width, width - best % width - pad  # start: the position after the match
-    keep = n >= min_n
-    matched = live[row[first]][keep]
-    for i, s, c in zip(matched.tolist(), start[keep].tolist(), budget[matched].tolist()):
+    win = np.flatnonzero(score == np.repeat(best, np.diff(np.r_[first, len(score)])))
+    win = win[length[win] >= min_n]
+    matched, starts = live[row[win]], col[win] - pad + 1  # starts: the position after each match
+    for i, s, c in zip(matched.tolist(), starts.tolist(), budget[matched].tolist()):
         drafts[i] = token_ids[i, s : s + min(c, int(num_tokens[i]) - s)]  # never past the end
     return drafts
 

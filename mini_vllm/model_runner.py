@@ -613,9 +613,9 @@ class GPUModelRunner:
     def propose_draft_token_ids(self, sampled: dict[str, list[int]]) -> DraftTokenIds:
         """The n-gram drafts of every request in the batch, read from its persistent rows.
 
-        ``token_ids_cpu`` already holds each request's tokens, this step's included
-        (``_bookkeeping_sync``), so nothing is rebuilt per step; a request that sampled nothing
-        (a mid-prefill chunk) or is full gets ``[]``.
+        As upstream, the drafter reads ``InputBatch.token_ids_cpu``, which already holds each
+        request's tokens, this step's included (``_bookkeeping_sync``): nothing is rebuilt per
+        step. A request that sampled nothing (a mid-prefill chunk) or is full gets ``[]``.
         """
         assert self.drafter is not None
         batch = self.input_batch

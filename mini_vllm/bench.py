@@ -3,6 +3,8 @@
     python -m mini_vllm.bench [--repeats 5] [--quick]     # every case, about three minutes
     python -m mini_vllm.bench --only generate [--work]    # the checkpoint case alone
     python -m mini_vllm.bench --only engine               # the same, against vLLM's CPU engine
+    python -m mini_vllm.bench --only speculation          # n-gram drafts against none (toy model)
+    python -m mini_vllm.bench --only speculation-checkpoint   # the same on checkpoints/course-llama
 
 Cases, each a ratio taken per repetition (mini and the reference alternating), median [min, max]:
 block pool and scheduler (10 to 5,000 running) and a mass abort against vLLM's own classes on
@@ -213,10 +215,13 @@ class SamplerCase:
 SPEC_PROMPTS, SPEC_TOKENS = 16, 512
 
 
-def time_speculation(spec: bool, out: list) -> float:
+def time_speculation(spec: bool, out: list, model: str | None = None) -> float:
     """The toy engine, greedy, with n-gram drafts or without. The toy's greedy output falls into a
-    cycle of period 64 (``test_spec_engine.py`` relies on it), so most of 512 tokens repeat."""
-    kwargs = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}} if spec else {}
+    cycle of period 64 (``test_spec_engine.py`` relies on it), so most of 512 tokens repeat.
+    ``model``: a checkpoint instead of the toy, so each step costs a real forward."""
+    kwargs: dict = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}} if spec else {}
+    if model is not None:
+        kwargs["model"] = model
     engine = LLMEngine(num_gpu_blocks=1025, max_num_seqs=SPEC_PROMPTS, max_num_batched_tokens=4096, **kwargs)
     params = SamplingParams(max_tokens=SPEC_TOKENS, temperature=0, ignore_eos=True)
     prompts = [f"request {i}: the cat sat on the mat" for i in range(SPEC_PROMPTS)]
@@ -225,6 +230,25 @@ def time_speculation(spec: bool, out: list) -> float:
     elapsed = CLOCK() - t0
     out.append(([r.token_ids for r in results], engine.num_steps))
     return elapsed
+
+
+def speculation_case(repeats: int, model: str | None = None) -> None:
+    tokens: list = []
+    a, b = interleaved_ratios(
+        lambda: time_speculation(True, tokens, model), lambda: time_speculation(False, tokens, model), repeats
+    )
+    assert all(t[0] == tokens[0][0] for t in tokens), (
+        "greedy speculation must emit the tokens plain decoding does"
+    )
+    where = "" if model is None else f", {Path(model).name}"
+    report(
+        f"speculation{where} ({tokens[0][1]} vs {tokens[1][1]} steps)",
+        a,
+        b,
+        "us/tok",
+        SPEC_PROMPTS * SPEC_TOKENS,
+        "spec / no spec, target < 1.0x",
+    )
 
 
 # -- 5. decode on the trained checkpoint: continuous batching vs one request at a time --------
@@ -378,13 +402,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mini_vllm.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repetitions per case (>= 5)")
     parser.add_argument("--quick", action="store_true", help="skip the 5,000-request cases")
-    parser.add_argument("--only", choices=["generate", "engine"], help="run one case")
+    parser.add_argument(
+        "--only", choices=["generate", "engine", "speculation", "speculation-checkpoint"], help="run one case"
+    )
     parser.add_argument("--work", action="store_true", help="the decode case's clock-free figures only")
     parser.add_argument("--profile", action="store_true", help="where mini's decode time goes")
     args = parser.parse_args(argv)
     repeats = max(args.repeats, 1)
     if args.only == "engine":
         engine_case(repeats)
+        return
+    if args.only == "speculation":
+        speculation_case(repeats)
+        return
+    if args.only == "speculation-checkpoint":  # the same case with a real forward per step
+        speculation_case(repeats, str(CHECKPOINT))
         return
     if args.only == "generate" or args.work:
         decode_case(repeats, args.work, args.profile)
@@ -434,21 +466,7 @@ def main(argv: list[str] | None = None) -> None:
             "target <= 1.0x",
         )
 
-    tokens: list = []
-    a, b = interleaved_ratios(
-        lambda: time_speculation(True, tokens), lambda: time_speculation(False, tokens), repeats
-    )
-    assert all(t[0] == tokens[0][0] for t in tokens), (
-        "greedy speculation must emit the tokens plain decoding does"
-    )
-    report(
-        f"speculation ({tokens[0][1]} vs {tokens[1][1]} steps)",
-        a,
-        b,
-        "us/tok",
-        SPEC_PROMPTS * SPEC_TOKENS,
-        "spec / no spec, target < 1.0x",
-    )
+    speculation_case(repeats)
     decode_case(repeats, False, args.profile)
     engine_case(repeats)
 

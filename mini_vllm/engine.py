@@ -10,8 +10,9 @@ Mirrors ``vllm/v1/engine/llm_engine.py`` (``LLMEngine``: ``add_request``, ``step
     model_output = model_executor.sample_tokens(grammar_output)   # runner: mask, sample, verify
     finished = scheduler.update_from_output(scheduler_output, tokens of model_output)
 
-then, with speculative decoding, the n-gram drafter proposes the next drafts. The model runner
-(``model_runner.py``) owns the inputs, the forward, sampling and rejection sampling; the engine
+then, with speculative decoding, ``post_step`` takes the drafts the runner's n-gram drafter proposed
+and hands them to the scheduler. The model runner (``model_runner.py``) owns the inputs, the
+forward, sampling, rejection sampling and drafting; the engine
 owns the tokenizer, one seed per request, grammars, ``n > 1`` fan-out (``parallel_sampling.py``)
 and the outputs. README.md ("How a step runs") tells the whole story. A pooling model's engine
 (``runner_type == "pooling"``) serves ``encode`` / ``embed`` (upstream's ``LLM.encode`` / ``embed``,
@@ -38,6 +39,7 @@ from .models.interfaces import get_supported_tasks
 from .models.registry import ModelRegistry
 from .outputs import (
     CompletionOutput,
+    DraftTokenIds,
     EmbeddingRequestOutput,
     ModelRunnerOutput,
     PoolingOutput,
@@ -115,11 +117,7 @@ class LLMEngine:
         self.structured_output_manager = StructuredOutputManager(
             GrammarCompiler(vocab, num_speculative_tokens=num_spec), vllm_config.scheduler_config.max_num_seqs
         )
-        self.drafter: NgramProposer | None = None
-        if spec is not None:
-            self.drafter = NgramProposer(
-                spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, self.max_model_len
-            )
+        self.use_spec_decode = spec is not None  # the runner drafts; post_step takes its drafts
         self.num_steps = 0  # engine steps run (speculation's saving shows here)
         self._next_index = 0  # per-engine request counter: ids req-0, req-1, ...
         self._prompts: dict[str, str | None] = {}  # request id -> prompt text (None for token ids)
@@ -145,6 +143,14 @@ class LLMEngine:
         if worker is None:
             raise AttributeError("the sampler lives in the worker processes of the 'mp' backend")
         worker.model_runner.sampler = sampler
+
+    @property
+    def drafter(self) -> NgramProposer | None:
+        """The n-gram drafter of the in-process worker's runner (None without speculation)."""
+        worker = getattr(self.model_executor, "driver_worker", None)
+        if worker is None:
+            raise AttributeError("the drafter lives in the worker processes of the 'mp' backend")
+        return worker.model_runner.drafter
 
     @property
     def collectives_per_step(self) -> list[int]:
@@ -353,9 +359,8 @@ class LLMEngine:
         finished = self.scheduler.update_from_output(
             scheduler_output, sampled, pooled, kv_connector_output=model_output.kv_connector_output
         )
-        if self.drafter is not None:
-            self._propose([r for r in scheduler_output.scheduled_requests
-                           if r.request_id in sampled and not r.is_finished])
+        if self.use_spec_decode:
+            self.post_step({r.request_id for r in finished})
         return [self._make_output(r, pooled.get(r.request_id)) for r in finished]
 
     @staticmethod
@@ -393,27 +398,27 @@ class LLMEngine:
                 if manager.should_advance(rid):
                     manager.accept_tokens(rid, [tokens] if isinstance(tokens, int) else tokens)
 
-    def _propose(self, requests: list[Request]) -> None:
-        """n-gram drafts for every request that sampled this step and is still running.
+    def post_step(self, finished_req_ids: set[str]) -> None:
+        """Hand the drafts the runner proposed after sampling to the scheduler (``EngineCore.post_step``).
 
         A request with a grammar keeps only the drafts its grammar accepts, cut before any EOS (as
         upstream's scheduler trims them with ``validate_tokens``): every verified position then has a
         legal token, and the masked rows make the verifier keep the output inside the grammar.
         """
-        assert self.drafter is not None
-        if not requests:
+        draft_token_ids = self.model_executor.take_draft_token_ids()
+        if draft_token_ids is None:
             return
-        counts = np.array([r.num_tokens for r in requests])
-        rows = np.zeros((len(requests), int(counts.max())), dtype=np.int64)
-        for i, r in enumerate(requests):
-            rows[i, : counts[i]] = r.all_token_ids[:]
-        drafts = self.drafter.propose([[1]] * len(requests), counts, rows)
         manager, eos = self.structured_output_manager, self.tokenizer.eos_token_id
-        for i, r in enumerate(requests):
-            if r.request_id in manager.grammars:
-                legal = manager.validate_draft_tokens(r.request_id, drafts[i])
-                drafts[i] = legal[: legal.index(eos)] if eos in legal else legal
-        self.scheduler.update_draft_token_ids({r.request_id: d for r, d in zip(requests, drafts)})
+        req_ids, drafts = [], []
+        for rid, draft in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids):
+            if rid in finished_req_ids:
+                continue
+            if draft and rid in manager.grammars:
+                legal = manager.validate_draft_tokens(rid, draft)
+                draft = legal[: legal.index(eos)] if eos in legal else legal
+            req_ids.append(rid)
+            drafts.append(draft)
+        self.scheduler.update_draft_token_ids(DraftTokenIds(req_ids, drafts))
 
     def _make_output(self, request: Request, pooled: Any = None) -> RequestOutput | PoolingRequestOutput:
         """The output for a finished request; a child's is its parent's (finished once all are)."""

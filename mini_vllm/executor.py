@@ -4,8 +4,8 @@ Mirrors ``vllm/v1/executor/`` (``abstract.py`` — ``Executor``; ``uniproc_execu
 ``UniProcExecutor``; ``multiproc_executor.py`` — ``MultiprocExecutor`` and ``WorkerProc``) and
 the worker (``vllm/v1/worker/gpu_worker.py`` — ``Worker``, which owns a ``GPUModelRunner``,
 ``model_runner.py``). Each step the engine calls ``execute_model(scheduler_output)`` then
-``sample_tokens(grammar_output)``; the executor makes the same call on every rank and returns
-rank 0's answer. A worker builds its model with ``models.get_model`` (``ToyForCausalLM`` unless
+``sample_tokens(grammar_output)`` (with speculation, then ``take_draft_token_ids()``); the
+executor makes the same call on every rank and returns rank 0's answer. A worker builds its model with ``models.get_model`` (``ToyForCausalLM`` unless
 ``VllmConfig.model_config`` names a checkpoint); at TP > 1 it keeps ``VocabParallelToyModel``, the
 toy's output projection split over the vocabulary (``ParallelLMHead`` +
 ``LogitsProcessor._gather_logits``): one all-gather per forward, equal to TP=1 bit for bit.
@@ -174,6 +174,10 @@ class Worker:
         output = self.model_runner.sample_tokens(grammar_output)
         return output if self.rank == 0 else None
 
+    def take_draft_token_ids(self) -> Any:
+        """The drafts this rank's runner proposed after its last ``sample_tokens`` (or None)."""
+        return self.model_runner.take_draft_token_ids()
+
     def logits_at(self, last_tokens: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray | None, int]:
         """``ToyModel.forward``'s logits at (token, position) pairs; rank 0's, with the collectives issued.
 
@@ -247,6 +251,10 @@ class Executor(ABC):
         if output.req_ids:  # a forward ran this step
             self.collectives_per_step.append(output.num_collectives)
         return output
+
+    def take_draft_token_ids(self) -> Any:
+        """Every rank proposed the same drafts after sampling; rank 0's come back (None: none)."""
+        return self.collective_rpc("take_draft_token_ids")[0]
 
     def __enter__(self) -> Executor:
         return self

@@ -9,7 +9,9 @@ Mirrors ``vllm/v1/worker/gpu_model_runner.py`` (``GPUModelRunner``: ``_update_st
 scheduled token into ``input_ids`` / ``positions`` with their attention metadata, runs the model
 and keeps the logits of ``logits_indices``; ``sample_tokens(grammar_output)`` masks them with the
 grammar bitmask, samples, verifies drafts with the rejection sampler and returns a
-``ModelRunnerOutput``. README.md ("How a step runs") walks through it.
+``ModelRunnerOutput``; with speculation the n-gram drafter then reads the batch's own
+``token_ids_cpu`` and the engine collects its drafts with ``take_draft_token_ids``. README.md ("How a
+step runs") walks through it.
 
 The model answers ``forward(input_ids, positions, kv_caches, attn_metadata) -> hidden`` and
 ``compute_logits(hidden) -> logits`` (``models/interfaces.py``); ``initialize_kv_cache`` gives it
@@ -22,8 +24,8 @@ output waits for ``sample_tokens`` (upstream returns it from ``execute_model`` a
 
 Left out: device tensors and pinned host copies, CUDA graphs and batch padding, async scheduling
 (mini's scheduler advances ``num_computed_tokens`` after the step, so the runner reads it before),
-pipeline parallelism, logprobs in the output, M-RoPE, prompt embeddings, the n-gram
-drafter (the engine proposes), per-request sampling tensors (the sampler takes the params as a list).
+pipeline parallelism, logprobs in the output, M-RoPE, prompt embeddings, model-based drafters,
+per-request sampling tensors (the sampler takes the params as a list).
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ from .grammar import apply_bitmask
 from .kv_connector import KVConnectorBase_V1, KVConnectorFactory, KVConnectorRole, kv_layer_names
 from .models.interfaces import is_pooling_model
 from .models.pooler import PoolingMetadata, PoolingStates
-from .outputs import EMPTY_MODEL_RUNNER_OUTPUT, KVConnectorOutput, ModelRunnerOutput
+from .outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
 from .sampler import Sampler, apply_min_p, apply_top_k_top_p
 from .sampling_params import SamplingParams
-from .spec_decode import parse_output, rejection_sample
+from .spec_decode import NgramProposer, parse_output, rejection_sample
 
 
 def cdiv(a: int, b: int) -> int:
@@ -233,6 +235,15 @@ class GPUModelRunner:
         self.input_batch = InputBatch(self.max_num_reqs, self.max_model_len, max_blocks, self.block_size)
         self.requests: dict[str, CachedRequestState] = {}
         self.sampler = Sampler(eos_token_id=eos_token_id)  # min_tokens bans EOS too
+        self.drafter: NgramProposer | None = None
+        if spec is not None:
+            self.drafter = NgramProposer(
+                spec.num_speculative_tokens,
+                spec.prompt_lookup_min,
+                spec.prompt_lookup_max,
+                self.max_model_len,
+            )
+        self._draft_token_ids: DraftTokenIds | None = None  # proposed after sampling, until taken
         self.kv_caches: list[np.ndarray] = []
         self.execute_model_state: ExecuteModelState | ModelRunnerOutput | None = None
         self.is_pooling_model = is_pooling_model(model)
@@ -456,6 +467,8 @@ class GPUModelRunner:
                 logits, [state.req_ids[i] for i in wanted], [state.first_row[i] for i in wanted], spec
             )
         self._bookkeeping_sync(sampled)
+        if self.drafter is not None:
+            self._draft_token_ids = self.propose_draft_token_ids(sampled)
         return ModelRunnerOutput(
             req_ids=list(state.req_ids),
             req_id_to_index=index,
@@ -543,13 +556,15 @@ class GPUModelRunner:
         rows = [first_rows[i] + j for i in verify for j in range(len(drafts[i]))]
         params = [states[i].sampling_params for i in verify for _ in drafts[i]]
         # Each draft position's history: the output so far plus the drafts before it (as the bonus row's).
+        # The knobs are read once per request, not once per draft position.
+        needs = {i: reads_output(states[i].sampling_params) for i in verify}
         outputs = [
-            [*states[i].output_token_ids, *drafts[i][:j]] if reads_output(states[i].sampling_params) else []
+            [*states[i].output_token_ids, *drafts[i][:j]] if needs[i] else []
             for i in verify
             for j in range(len(drafts[i]))
         ]
         prompts = [
-            list(states[i].prompt_token_ids) if states[i].sampling_params.repetition_penalty != 1.0 else []
+            states[i].prompt_token_ids if states[i].sampling_params.repetition_penalty != 1.0 else []
             for i in verify
             for _ in drafts[i]
         ]
@@ -570,28 +585,52 @@ class GPUModelRunner:
             with np.errstate(divide="ignore"):
                 target[random_rows] = np.log(kept)
         vocab = logits.shape[1]
-        uniforms, noise = [], []
-        for i in verify:
-            if states[i].sampling_params.is_greedy:  # the greedy path draws nothing
-                uniforms.append(np.zeros(len(drafts[i])))
-                noise.append(np.ones(vocab))
-            else:
+        num_draft = [len(drafts[i]) for i in verify]
+        is_greedy = np.array([states[i].sampling_params.is_greedy for i in verify])
+        uniforms = np.zeros(len(rows))  # the greedy path draws nothing: zeros and ones stand in
+        noise = np.ones((len(verify), vocab))
+        start = 0
+        for k, i in enumerate(verify):
+            if not is_greedy[k]:
                 g = states[i].generator
-                uniforms.append(g.random(len(drafts[i])))
-                noise.append(g.exponential(size=vocab))
+                uniforms[start : start + num_draft[k]] = g.random(num_draft[k])
+                noise[k] = g.exponential(size=vocab)
+            start += num_draft[k]
         out = rejection_sample(
             np.concatenate([drafts[i] for i in verify]),
-            [len(drafts[i]) for i in verify],
+            num_draft,
             None,
             target,
             np.array([bonus[i] for i in verify]),
-            np.array([states[i].sampling_params.is_greedy for i in verify]),
-            uniform_probs=np.concatenate(uniforms),
-            exponentials=np.stack(noise),
+            is_greedy,
+            uniform_probs=uniforms,
+            exponentials=noise,
         )
         for i, emitted in zip(verify, parse_output(out, vocab)):
             sampled[req_ids[i]] = emitted
         return sampled
+
+    def propose_draft_token_ids(self, sampled: dict[str, list[int]]) -> DraftTokenIds:
+        """The n-gram drafts of every request in the batch, read from its persistent rows.
+
+        As upstream, the drafter reads ``InputBatch.token_ids_cpu``, which already holds each
+        request's tokens, this step's included (``_bookkeeping_sync``): nothing is rebuilt per
+        step. A request that sampled nothing (a mid-prefill chunk) or is full gets ``[]``.
+        """
+        assert self.drafter is not None
+        batch = self.input_batch
+        req_ids = batch.req_ids  # after condense: row i holds req_ids[i]
+        drafts = self.drafter.propose(
+            [sampled.get(rid, ()) for rid in req_ids],
+            batch.num_tokens_no_spec[: len(req_ids)],
+            batch.token_ids_cpu,
+        )
+        return DraftTokenIds(req_ids, drafts)
+
+    def take_draft_token_ids(self) -> DraftTokenIds | None:
+        """The drafts proposed after the last ``sample_tokens``, once (None when there are none)."""
+        drafts, self._draft_token_ids = self._draft_token_ids, None
+        return drafts
 
     def _bookkeeping_sync(self, sampled: dict[str, list[int]]) -> None:
         """Append each request's new tokens to its cached state and its row of the batch."""

@@ -8,7 +8,7 @@ drafts back to back per request; greedy path stops at the first draft unequal to
 argmax; random path accepts ``x`` when ``p(x) / q(x) >= u``, else draws a recovered token from
 ``max(p - q, 0)`` by the exponential race ``argmax(residual / E)``; a bonus token when all pass;
 ``PLACEHOLDER_TOKEN_ID`` padding) and ``SpecDecodingStats`` (``vllm/v1/spec_decode/metrics.py``),
-which the scheduler fills. The scheduler and engine drive it; Phase 08's guide tells the story.
+which the scheduler fills. The scheduler and the model runner drive it; Phase 08's guide tells the story.
 
 Left out: numba threads and preallocated buffers, the Triton kernels (the loops are what each
 program does), logits processors, penalties and top-k/top-p on the target rows (callers pass
@@ -68,28 +68,55 @@ def find_longest_matched_ngram(
     and never past the end of the sequence. Empty when nothing matches.
     """
     tokens = np.asarray(tokens)
-    total = len(tokens)
-    k = min(k, max_model_len - total)
-    if total < min_n or k <= 0:
-        return tokens[:0]
-    # One pass instead of one sliding-window scan per n: the candidate ends are the earlier
-    # positions holding the last token; each extends backwards while it still agrees with the
-    # suffix. The longest agreement (capped at max_n) is the n that wins; its earliest end, the match.
-    last = total - 1
-    ends = np.flatnonzero(tokens[:last] == tokens[last])  # an occurrence ends before the last token
-    length = 1
-    while ends.size and length < max_n:
-        back = ends - length
-        agree = back >= 0
-        agree[agree] = tokens[back[agree]] == tokens[last - length]
-        if not agree.any():
-            break
-        ends = ends[agree]  # survivors match length + 1 tokens; ascending order is kept
-        length += 1
-    if not ends.size or length < min_n:
-        return tokens[:0]
-    start = int(ends[0]) + 1  # earliest occurrence of the longest match, then what followed it
-    return tokens[start : start + min(k, total - start)]
+    return batch_find_longest_matched_ngram(
+        tokens[None], np.array([len(tokens)]), min_n, max_n, max_model_len, k
+    )[0]
+
+
+def batch_find_longest_matched_ngram(
+    token_ids: np.ndarray, num_tokens: np.ndarray, min_n: int, max_n: int, max_model_len: int, k: int
+) -> list[np.ndarray]:
+    """``find_longest_matched_ngram`` for every row at once: row ``i``'s first ``num_tokens[i]`` tokens.
+
+    One pass for the whole batch instead of one sliding-window scan per ``n`` and per row (the
+    drafter runs every step, so its numpy calls are paid per step, not per request). The candidate
+    ends are the earlier positions holding the row's last token; each extends backwards while it
+    still agrees with the suffix. A row's longest agreement (capped at ``max_n``) is the ``n`` that
+    wins; its earliest end, the match.
+    """
+    num_tokens = np.asarray(num_tokens, dtype=np.int64)
+    budget = np.minimum(k, max_model_len - num_tokens)  # drafts allowed per row
+    drafts = [token_ids[i, :0] for i in range(len(num_tokens))]
+    live = np.flatnonzero((num_tokens >= max(min_n, 2)) & (budget > 0))
+    if not live.size:
+        return drafts
+    # max_n columns of -1 before position 0: walking back past a row's start never agrees
+    pad = max_n
+    width = pad + int(num_tokens[live].max())
+    tokens = np.full((len(live), width), -1, dtype=np.int64)
+    tokens[:, pad:] = token_ids[live, : width - pad]
+    flat = tokens.ravel()  # flat indices: the walk back below is one gather for every row at once
+    last_col = pad + num_tokens[live] - 1
+    last = np.arange(len(live)) * width + last_col  # each row's last token
+    same = (tokens == flat[last][:, None]) & (np.arange(width) < last_col[:, None])
+    ends = np.flatnonzero(same)  # candidates, sorted by row then position
+    if not ends.size:
+        return drafts
+    row = ends // width
+    back = np.arange(max_n)
+    agree = flat[ends[:, None] - back] == flat[last[row][:, None] - back]  # [candidates, max_n]
+    length = np.where(agree.all(axis=1), max_n, agree.argmin(axis=1))  # up to the first disagreement
+    # Per row: the longest agreement, then the earliest end, as the largest score (one per row).
+    col = ends - row * width
+    score = length * width + (width - 1 - col)
+    first = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+    best = np.maximum.reduceat(score, first)
+    win = np.flatnonzero(score == np.repeat(best, np.diff(np.r_[first, len(score)])))
+    win = win[length[win] >= min_n]
+    matched, starts = live[row[win]], col[win] - pad + 1  # starts: the position after each match
+    for i, s, c in zip(matched.tolist(), starts.tolist(), budget[matched].tolist()):
+        drafts[i] = token_ids[i, s : s + min(c, int(num_tokens[i]) - s)]  # never past the end
+    return drafts
 
 
 def find_longest_matched_ngram_by_scan(
@@ -168,17 +195,21 @@ class NgramProposer:
                 "propose needs one row of token_ids_cpu and one count in num_tokens_no_spec per request, got "
                 f"{len(sampled_token_ids)} requests, counts {num_tokens_no_spec.shape}, tokens {token_ids_cpu.shape}"
             )
-        drafts: list[list[int]] = []
-        for i, sampled in enumerate(sampled_token_ids):
-            num_tokens = int(num_tokens_no_spec[i])
-            if num_tokens > token_ids_cpu.shape[1]:
-                raise ValueError(f"request {i}: num_tokens_no_spec={num_tokens} exceeds its row ({token_ids_cpu.shape[1]})")
-            if not len(sampled) or num_tokens >= self.max_model_len:
-                drafts.append([])
-                continue
-            row = token_ids_cpu[i, :num_tokens]
-            drafts.append(find_longest_matched_ngram(row, self.min_n, self.max_n, self.max_model_len, self.k).tolist())
-        return drafts
+        n = len(sampled_token_ids)
+        too_long = np.flatnonzero(num_tokens_no_spec > token_ids_cpu.shape[1])
+        if too_long.size:
+            i = int(too_long[0])
+            raise ValueError(
+                f"request {i}: num_tokens_no_spec={int(num_tokens_no_spec[i])} exceeds its row "
+                f"({token_ids_cpu.shape[1]})"
+            )
+        sampled = np.array([len(s) > 0 for s in sampled_token_ids], dtype=bool)
+        # a request that sampled nothing, or is full, gets no search (a count of 0 skips its row)
+        counts = np.where(sampled & (num_tokens_no_spec < self.max_model_len), num_tokens_no_spec, 0)
+        drafts = batch_find_longest_matched_ngram(
+            token_ids_cpu[:n], counts, self.min_n, self.max_n, self.max_model_len, self.k
+        )
+        return [d.tolist() for d in drafts]
 
 
 # ----------------------------------------------------------------------------- the verifier
@@ -254,33 +285,37 @@ def rejection_sample(
 
     max_spec_len = max(num_draft_tokens, default=0)
     out = np.full((batch, max_spec_len + 1), PLACEHOLDER_TOKEN_ID, dtype=np.int32)
-    start = 0
-    for r, n in enumerate(num_draft_tokens):
+    counts = np.array(num_draft_tokens, dtype=np.int64)
+    starts = np.cumsum(counts) - counts
+    # The greedy path for every greedy request at once (a loop per draft token costs a step more
+    # than the whole verification): the target's argmax at each position up to and including the
+    # first draft that differs from it, then the bonus token where none differs.
+    req = np.repeat(np.arange(batch), counts)  # each draft token's request
+    position = np.arange(num_tokens) - starts[req]  # its place among that request's drafts
+    argmax = target_logits.argmax(axis=-1)
+    differ = np.r_[0, np.cumsum(draft_token_ids != argmax)]  # differ[t]: drafts before t that differ
+    reached = is_greedy[req] & (differ[:-1] == differ[starts][req])  # every earlier draft was right
+    out[req[reached], position[reached]] = argmax[reached]  # equal to the draft, or the correction
+    swept = is_greedy & (differ[starts + counts] == differ[starts])
+    out[swept, counts[swept]] = bonus_token_ids[swept]
+    for r in np.flatnonzero(~is_greedy):  # the random path, request by request
+        start, n = int(starts[r]), int(counts[r])
         rows = slice(start, start + n)
         drafts, logits = draft_token_ids[rows], target_logits[rows]
         rejected = False
-        if is_greedy[r]:
-            argmax = logits.argmax(axis=-1)
-            for pos in range(n):
-                out[r, pos] = argmax[pos]  # the target's choice: equal to the draft, or the correction
-                if drafts[pos] != argmax[pos]:
-                    rejected = True
-                    break
-        else:
-            p = softmax_rows(logits)
-            for pos in range(n):
-                x = drafts[pos]
-                qx, px = q[start + pos, x], p[pos, x]
-                if qx > 0 and px / qx >= uniform_probs[start + pos]:
-                    out[r, pos] = x
-                    continue
-                # recovered: a draw from max(p - q, 0) normalised, by the exponential race
-                out[r, pos] = np.argmax(residual(p[pos], q[start + pos]) / exponentials[r])
-                rejected = True
-                break
+        p = softmax_rows(logits)
+        for pos in range(n):
+            x = drafts[pos]
+            qx, px = q[start + pos, x], p[pos, x]
+            if qx > 0 and px / qx >= uniform_probs[start + pos]:
+                out[r, pos] = x
+                continue
+            # recovered: a draw from max(p - q, 0) normalised, by the exponential race
+            out[r, pos] = np.argmax(residual(p[pos], q[start + pos]) / exponentials[r])
+            rejected = True
+            break
         if not rejected:
             out[r, n] = bonus_token_ids[r]
-        start += n
     return out
 
 

@@ -255,6 +255,15 @@ def test_registry_resolves_the_first_registered_architecture():
     assert info.is_text_generation_model and not info.is_attention_free and not info.is_pooling_model
 
 
+def test_of_two_registered_architectures_the_first_listed_wins():
+    for archs in (["ToyForCausalLM", "LlamaForCausalLM"], ["LlamaForCausalLM", "ToyForCausalLM"]):
+        cls, arch = ModelRegistry.resolve_model_cls(archs)
+        assert arch == archs[0] and cls.__name__ == archs[0], (
+            f"architectures {archs} resolved to {arch}: the first registered one in the checkpoint's order wins"
+        )
+        assert ModelRegistry.inspect_model_cls(archs).architecture == archs[0]
+
+
 def test_unknown_architecture_lists_the_registered_ones():
     with pytest.raises(ValueError, match=r"\['GPT2LMHeadModel'\].*LlamaForCausalLM, .*ToyForCausalLM"):
         ModelRegistry.resolve_model_cls(["GPT2LMHeadModel"])

@@ -348,6 +348,18 @@ def test_the_http_proxy_splits_a_request_over_two_servers(checkpoint, tmp_path):
         assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (LENGTHS[4], MAX_TOKENS), (
             "the usage chunk counts the client's prompt and all its tokens (the first one came from the prefill)"
         )
+        first = alone.tokenizer.decode(alone.generate([prompts()[2]], GREEDY)[0].token_ids[:1])
+        assert first.strip() and "\ufffd" not in first, (
+            f"the first greedy token's text {first!r} makes no stop string"
+        )
+        r = client.completions.create(
+            model="m", prompt=prompts()[2], max_tokens=MAX_TOKENS, temperature=0, stop=[first]
+        )
+        got = (r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens)
+        assert got == ("", "stop", 1), (
+            f"the prefill server stopped at its first token (stop string {first!r}); the proxy answered {got}, "
+            "expected ('', 'stop', 1): only a first token that finished by 'length' goes on to the decode server"
+        )
         with pytest.raises(openai.BadRequestError):
             client.completions.create(model="m", prompt="hi", max_tokens=10**6)
         for side in (producer, consumer):

@@ -172,6 +172,22 @@ def test_slot_minus_one_is_skipped_and_padding_rows_are_zero():
     np.testing.assert_allclose(out[:2], 2.0, atol=1e-6)
 
 
+def test_slot_zero_is_a_real_slot_and_the_last_slot_is_written():
+    cache = allocate_kv_caches(1, 4, 16, HKV, D)[0]
+    key = np.arange(1, 3 * HKV * D + 1, dtype=np.float32).reshape(3, HKV, D)
+    reshape_and_cache(key, -key, cache, np.array([0, -1, 4 * 16 - 1]))
+    np.testing.assert_array_equal(
+        cache[0, 0, 0], key[0], err_msg="slot 0 (block 0, offset 0) is a real slot: only -1 means padding"
+    )
+    np.testing.assert_array_equal(cache[1, 0, 0], -key[0], err_msg="slot 0's value was not written")
+    np.testing.assert_array_equal(
+        cache[0, 3, 15], key[2], err_msg="the cache's last slot (63) was not written"
+    )
+    assert np.count_nonzero(cache[0]) == 2 * HKV * D, "slot -1 (padding) must not be written anywhere"
+    with pytest.raises(ValueError, match="outside the cache"):
+        reshape_and_cache(key, key, cache, np.array([0, 1, 4 * 16]))  # one past the last slot
+
+
 def test_allocate_shape_and_spec_bytes():
     caches = allocate_kv_caches(3, 10, 16, HKV, D)
     assert len(caches) == 3 and all(c.shape == (2, 10, 16, HKV, D) and not c.any() for c in caches)

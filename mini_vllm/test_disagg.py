@@ -93,6 +93,24 @@ def test_proxy_gives_one_engines_tokens_and_the_consumer_skips_the_prefill(check
     assert_no_leak(consumer, "consumer")
 
 
+def test_a_request_that_stops_at_its_first_token_never_reaches_the_decode_engine(
+    checkpoint, reference, tmp_path
+):
+    first = reference[0][0]
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, stop_token_ids=(first,))
+    producer, consumer = make(checkpoint, "kv_producer", tmp_path), make(checkpoint, "kv_consumer", tmp_path)
+    forward = count_forward_tokens(consumer)
+    (out,) = DisaggProxy(producer, consumer).generate([prompts()[0]], params)
+    assert (out.token_ids, out.finish_reason) == ([first], "stop"), (
+        f"the prefill engine's first token {first} is a stop token: the answer is that one token, finish_reason "
+        f"'stop'; got {out.token_ids} ({out.finish_reason!r}). Send only prompts that finished by 'length' "
+        "to the decode engine"
+    )
+    assert forward[0] == 0, (
+        f"the decode engine ran {forward[0]} tokens for a request that had already stopped"
+    )
+
+
 def test_a_chunked_prefill_is_stored_once_its_last_block_is_computed(checkpoint, reference, tmp_path):
     cfg = KVTransferConfig("ExampleConnector", "kv_producer", {"shared_storage_path": str(tmp_path)})
     producer = LLMEngine(
@@ -329,6 +347,18 @@ def test_the_http_proxy_splits_a_request_over_two_servers(checkpoint, tmp_path):
         assert "".join(c.choices[0].text for c in chunks if c.choices) == whole, "the relayed stream"
         assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (LENGTHS[4], MAX_TOKENS), (
             "the usage chunk counts the client's prompt and all its tokens (the first one came from the prefill)"
+        )
+        first = alone.tokenizer.decode(alone.generate([prompts()[2]], GREEDY)[0].token_ids[:1])
+        assert first.strip() and "\ufffd" not in first, (
+            f"the first greedy token's text {first!r} makes no stop string"
+        )
+        r = client.completions.create(
+            model="m", prompt=prompts()[2], max_tokens=MAX_TOKENS, temperature=0, stop=[first]
+        )
+        got = (r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens)
+        assert got == ("", "stop", 1), (
+            f"the prefill server stopped at its first token (stop string {first!r}); the proxy answered {got}, "
+            "expected ('', 'stop', 1): only a first token that finished by 'length' goes on to the decode server"
         )
         with pytest.raises(openai.BadRequestError):
             client.completions.create(model="m", prompt="hi", max_tokens=10**6)

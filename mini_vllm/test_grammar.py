@@ -369,6 +369,22 @@ def test_manager_fills_k_plus_one_rows_and_rolls_back():
         mgr.grammar_bitmask([g], [[], []])
 
 
+def test_manager_rolls_back_the_drafts_it_accepted_before_a_rejected_one():
+    comp = GrammarCompiler(VOCAB, num_speculative_tokens=3)
+    mgr = StructuredOutputManager(comp, max_num_seqs=1)
+    g = comp.compile_grammar("regex", "0x[0-9a-f]+")
+    before = unpack_bitmask(mgr.grammar_bitmask([g]), VOCAB.size)[0]
+    bm = mgr.grammar_bitmask([g], [ids("0x", "1", "q")])  # two legal drafts, then one the grammar refuses
+    rows = unpack_bitmask(bm, VOCAB.size)
+    assert "1" in allowed_texts(rows[1]) and "EOS" in allowed_texts(rows[2]) and rows[3].all()
+    assert g.num_processed_tokens == 0 and len(g.history) == 1, (
+        f"the grammar kept {g.num_processed_tokens} tentative draft tokens after a rejected draft: roll back "
+        "every accepted draft, whether or not a later one was refused"
+    )
+    after = unpack_bitmask(mgr.grammar_bitmask([g]), VOCAB.size)[0]
+    assert (after == before).all(), "the next step's mask must be the start state's again"
+
+
 # -- UTF-8 ---------------------------------------------------------------------------------------
 
 

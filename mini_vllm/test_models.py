@@ -111,6 +111,28 @@ def test_tied_head_and_rope_theta_equal_hugging_face():
     np.testing.assert_allclose(got, want, atol=1e-4, err_msg="tied lm_head with rope_theta 5e5 must match HF")
 
 
+def test_an_explicit_head_dim_wider_than_hidden_over_heads_equals_hugging_face():
+    config = {**SMALL, "head_dim": 8}  # 4 heads x 8 = 32 query features on a hidden size of 16 (Qwen3, Gemma)
+    mini = LlamaForCausalLM(config)
+    qkv = mini.params["model.layers.0.self_attn.qkv_proj.weight"].shape
+    assert qkv == ((4 + 2 * 2) * 8, 16), (
+        f"qkv_proj is {qkv}: with head_dim=8 in the config it is ((heads + 2 * kv_heads) * head_dim, hidden) = (64, 16); "
+        "read head_dim from the config and fall back to hidden_size // num_attention_heads only when it is absent"
+    )
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config, max_position_embeddings=64)).eval()
+    load_weights_into(mini, ((k, v.numpy()) for k, v in hf.state_dict().items()))
+    tokens = np.random.default_rng(2).integers(0, 32, size=20).tolist()
+    got = PagedDriver(mini, block_size=16).step({0: tokens}, all_logits=True)[0]
+    with torch.no_grad():
+        want = hf(torch.tensor([tokens])).logits[0].numpy()
+    np.testing.assert_allclose(
+        got, want, atol=1e-4, err_msg="head_dim=8 on hidden 16 / 4 heads must match HF"
+    )
+
+
 # ------------------------------------------------------------------ numpy-only building blocks
 def test_rms_norm_is_root_mean_square_with_eps():
     x = np.array([[3.0, 4.0]], dtype=np.float32)  # mean of squares 12.5
@@ -231,6 +253,15 @@ def test_registry_resolves_the_first_registered_architecture():
     assert cls is LlamaForCausalLM and arch == "LlamaForCausalLM"
     info = ModelRegistry.inspect_model_cls(["LlamaForCausalLM"])
     assert info.is_text_generation_model and not info.is_attention_free and not info.is_pooling_model
+
+
+def test_of_two_registered_architectures_the_first_listed_wins():
+    for archs in (["ToyForCausalLM", "LlamaForCausalLM"], ["LlamaForCausalLM", "ToyForCausalLM"]):
+        cls, arch = ModelRegistry.resolve_model_cls(archs)
+        assert arch == archs[0] and cls.__name__ == archs[0], (
+            f"architectures {archs} resolved to {arch}: the first registered one in the checkpoint's order wins"
+        )
+        assert ModelRegistry.inspect_model_cls(archs).architecture == archs[0]
 
 
 def test_unknown_architecture_lists_the_registered_ones():

@@ -50,6 +50,15 @@ def test_child_ids_and_seeds_follow_upstream():
         unseeded.get_child_info(2)
 
 
+def test_seed_zero_is_a_seed():
+    parent = ParentRequest("p0", SamplingParams(n=3, seed=0))
+    seeds = [parent.get_child_info(i)[1].seed for i in range(3)]
+    assert seeds == [0, 1, 2], (
+        f"a parent seeded with 0 gave its children seeds {seeds}, expected [0, 1, 2]: 0 is a seed, "
+        "test 'seed is None', not the seed's truth value"
+    )
+
+
 def test_get_outputs_aggregates_in_index_order_and_finishes_with_the_last_child():
     parent = ParentRequest("p", SamplingParams(n=3))
     ids = [parent.get_child_info(i)[0] for i in range(3)]

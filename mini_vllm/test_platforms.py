@@ -236,6 +236,19 @@ def greedy(prompts, n=24, **kw):
 PROMPTS = ["Once upon a time", "The cat sat on the mat and", "In the beginning"]
 
 
+def test_use_platform_restores_the_previous_platform_even_when_the_block_raises():
+    outer = NumpyPlatform()
+    with use_platform(outer):
+        with pytest.raises(RuntimeError, match="boom"):
+            with use_platform(TorchCpuPlatform()):
+                raise RuntimeError("boom")
+        current = platforms.get_current_platform()
+        assert current is outer, (
+            f"after an exception inside use_platform the current platform is {current!r}, not the one "
+            "saved on entry: restore it in a finally"
+        )
+
+
 def test_engine_consults_only_the_platform(plugins):
     platform = TripwirePlatform()
     CountingBackend.calls = 0

@@ -162,9 +162,16 @@ def mini_mutants(root: Path) -> list[Path]:
     return sorted(folder.glob("*.diff")) if folder.is_dir() else []
 
 
-def check_mini(root: Path, jobs: int = 2) -> list[str]:
-    """Problems with ``mini_vllm/mutants/*.diff``: each must apply and make ``pytest mini_vllm`` fail."""
+def check_mini(root: Path, jobs: int = 2, names: list[str] | None = None) -> list[str]:
+    """Problems with ``mini_vllm/mutants/*.diff`` (only ``names``, when given): each must apply and make
+    ``pytest mini_vllm`` fail."""
     mutants = mini_mutants(root)
+    if names:
+        known = {m.stem: m for m in mutants}
+        missing = [n for n in names if n not in known]
+        if missing:
+            return [f"no such mini_vllm mutant: {', '.join(missing)} (in {MINI}/mutants/)"]
+        mutants = [known[n] for n in names]
     if not mutants:
         return []
     problems: list[str] = []

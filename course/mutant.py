@@ -128,8 +128,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     root = args.root
     lab = _lab(args.lab, root)
     if lab is None:
-        problems = check_labs.check_mini(root, jobs=1)
-        print("\n".join(problems) or "every mini_vllm mutant applies and is caught")
+        problems = check_labs.check_mini(root, jobs=1, names=args.names)
+        which = "each named mini_vllm mutant" if args.names else "every mini_vllm mutant"
+        print("\n".join(problems) or f"{which} applies and is caught")
         return 1 if problems else 0
     names = args.names or [m.stem for m in lab.mutants]
     status = 0

@@ -147,3 +147,7 @@ def test_mini_vllm_mutants_run_against_a_patched_copy(tmp_path: Path):
     assert problems[0].startswith("mini_vllm mutant stale no longer applies"), problems
     assert problems[1] == "mini_vllm mutant commutes survives: every test in mini_vllm passes on it"
     assert (pkg / "calc.py").read_text() == SOLUTION, "the real package is never patched"
+    assert check_labs.check_mini(tmp_path, jobs=1, names=["subtracts"]) == [], "only the named mutant runs"
+    assert check_labs.check_mini(tmp_path, jobs=1, names=["commutes", "nope"]) == [
+        "no such mini_vllm mutant: nope (in mini_vllm/mutants/)"
+    ]

@@ -357,7 +357,11 @@ class Sampler:
         """Every stage before the greedy/random split, in upstream's order; edits ``logits``
         (float64, which ``forward`` already copied) in place and returns it."""
         vocab = logits.shape[1]
+        checked: set[int] = set()
         for i, sp in enumerate(params):
+            if id(sp) in checked:  # a request's draft rows share its params object: check it once
+                continue
+            checked.add(id(sp))
             ids = [*(sp.allowed_token_ids or ()), *(t for t, _ in sp.logit_bias or ())]
             ids += [t for w in sp.bad_words_token_ids for t in w]
             if sp.min_tokens:

@@ -218,6 +218,23 @@ def test_greedy_rule_is_the_same_in_sampling_probs_and_sample():
         assert tok == 1, f"sample at temperature {t} must be greedy (the lowest-index argmax, 1), got {tok}"
 
 
+def test_temperature_exactly_sampling_eps_still_samples():
+    # The boundary is strict, as upstream's `temperature < _SAMPLING_EPS` (vllm/v1/sample/sampler.py:292):
+    # at exactly 1e-5 the draw is random. Two tied maxima then split the probability evenly.
+    tied = np.array([1.0, 3.0, 3.0, 0.0])
+    t = lab.SAMPLING_EPS
+    probs = lab.sampling_probs(tied, t)
+    assert np.allclose(probs, [0.0, 0.5, 0.5, 0.0]), (
+        f"sampling_probs at temperature == SAMPLING_EPS ({t}) must sample, not go greedy: the two tied "
+        f"maxima get 0.5 each, got {probs.tolist()}. Greedy is `temperature < SAMPLING_EPS`, strictly"
+    )
+    picks = {lab.sample(tied, temperature=t, seed=s) for s in range(20)}
+    assert picks == {1, 2}, (
+        f"sample at temperature == SAMPLING_EPS ({t}) over two tied maxima must draw both over seeds 0..19, "
+        f"picked {sorted(picks)}: only temperature < SAMPLING_EPS is greedy"
+    )
+
+
 def test_an_unseeded_draw_uses_a_fresh_generator(monkeypatch):
     # seed=None means "no seed": np.random.default_rng(None) draws fresh entropy, so unseeded requests
     # explore. Defaulting the seed to a constant would make every unseeded request draw the same token.

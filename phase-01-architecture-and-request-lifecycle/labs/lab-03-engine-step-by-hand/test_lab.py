@@ -186,3 +186,25 @@ def test_each_row_is_sampled_with_its_own_requests_params():
         f"step 1 samples all three rows; row i must use request i's own SamplingParams. Got temperatures "
         f"{[sp.temperature for sp in seen]}, expected {[sp.temperature for sp in want]}"
     )
+
+
+def test_a_preempted_request_samples_only_when_its_recompute_catches_up():
+    # 4 usable blocks of 4 slots cannot hold two 5-token prompts growing to 12 tokens: one is
+    # preempted and later recomputes prompt + outputs in chunks of 4. A chunk that covers the
+    # prompt but not yet the earlier outputs (c + n >= num_prompt_tokens, < num_tokens) is still
+    # mid-prefill: sampling there would invent a token in the middle of the known sequence.
+    kw = {"num_gpu_blocks": 5, "block_size": 4, "long_prefill_token_threshold": 4, "enable_prefix_caching": False}
+    jobs = [("hello", 8), ("world", 8)]
+    try:
+        (ref_steps, ref_out, _), (steps, out, _) = run_both(jobs, **kw)
+    except ValueError as e:
+        raise AssertionError(
+            f"after a preemption the recompute of prompt + outputs was sampled too early ({e}): a request "
+            f"samples only when num_computed_tokens + n reaches num_tokens (Scheduler.needs_sample), not "
+            f"when it passes the prompt length"
+        ) from None
+    assert any(n < 0 for moved, _ in ref_steps for n in moved.values()), (
+        "test setup: a request should be preempted (its num_computed_tokens drops back) in this run"
+    )
+    assert steps == ref_steps, f"per-step schedule/finish differs:\n  reference {ref_steps}\n  yours     {steps}"
+    assert out == ref_out, f"tokens differ after a preemption:\n  reference {ref_out}\n  yours     {out}"

@@ -30,6 +30,12 @@ def test_concurrency_formula():
     assert lab.max_concurrency(8788, 16, 2048) == pytest.approx(68.65625), (
         "8,788 blocks / 128 blocks per request = 68.65625 (vLLM prints 68.66x)")
     assert lab.max_concurrency(100, 16, 2050) == 100 / 129, "a partial block still costs a whole block: ceil(2050/16)"
+    for block_size, per_request in ((32, 65), (8, 257)):
+        got = lab.max_concurrency(100, block_size, 2050)
+        assert got == 100 / per_request, (
+            f"at block_size {block_size} a 2,050-token request needs ceil(2050 / {block_size}) = {per_request} "
+            f"blocks, so 100 blocks serve {100 / per_request:.4f} of them, got {got:.4f}: use the block_size argument"
+        )
 
 
 def test_parse_startup_log_reads_gpu_lines():
@@ -85,7 +91,24 @@ def test_every_knob_reaches_the_arithmetic():
             f"a {dtype_bytes}-byte KV cache for Llama-3-8B holds 2 x 32 x 8 x 128 x {dtype_bytes} = "
             f"{65_536 * dtype_bytes:,} B per token, got {per_token:,}: use shape.dtype_bytes"
         )
-        assert lab.predict_num_blocks(shape, 8 * GiB) == 8 * GiB // (16 * 65_536 * dtype_bytes)
+        got = lab.predict_num_blocks(shape, 8 * GiB)
+        want = 8 * GiB // (16 * 65_536 * dtype_bytes)
+        assert got == want, (
+            f"8 GiB of {dtype_bytes}-byte KV for Llama-3-8B is {want:,} blocks of 16 tokens, got {got:,}: "
+            f"size the block with shape.dtype_bytes"
+        )
+    for block_size in (8, 32):
+        per_block = block_size * 131_072
+        assert lab.bytes_per_block(lab.LLAMA3_8B, block_size) == per_block, (
+            f"a {block_size}-token Llama-3-8B block is {block_size} x 131,072 = {per_block:,} B, got "
+            f"{lab.bytes_per_block(lab.LLAMA3_8B, block_size):,}"
+        )
+        got = lab.predict_num_blocks(lab.LLAMA3_8B, 8 * GiB, block_size)
+        want = 8 * GiB // per_block
+        assert got == want, (
+            f"8 GiB at block_size {block_size} is 8 GiB // {per_block:,} B = {want:,} blocks, got {got:,}: "
+            f"predict_num_blocks must size blocks with the block_size it is given, not 16"
+        )
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,9 @@
   A dependency must be an earlier lab (an earlier phase, or a lower lab number in the same phase),
   there is no cycle, and no file reaches another lab any other way (a hand-built path to a
   ``lab-NN-*`` folder, ``load_lab`` on anything but ``__file__``, an undeclared ``use_lab``).
+* **No typed counts.** The README never counts its tests, cases or mutants ("The grader (8
+  tests).", "eleven plausible wrong solutions"): tests and mutants are added all the time and a
+  typed count goes stale. It says what kinds there are instead (markers, what the mutants plant).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import ast
 import re
 from pathlib import Path
 
+from course.citations import OUTPUT_CLOSE, OUTPUT_OPEN_RE
 from course.discover import Lab
+from course.mdscan import fenced_lines
 from course.runtime.harness import LAB_ID_RE, declared_requires
 
 USE_LAB_RE = re.compile(r"""use_lab\(\s*["']([^"']+)["']""")
@@ -71,9 +76,11 @@ def surface_problems(lab: Lab) -> list[str]:
         return ["starter.py and solution.py must both exist"]
     want, got = public_surface(solution), public_surface(starter)
     title = (ast.get_docstring(ast.parse(starter.read_text(encoding="utf-8"))) or "").split("\n", 1)[0]
-    copied_title = ["starter.py's docstring calls it the reference: say it is the starter"] if (
-        "(reference" in title
-    ) else []
+    copied_title = (
+        ["starter.py's docstring calls it the reference: say it is the starter"]
+        if ("(reference" in title)
+        else []
+    )
 
     def imported(surface: dict[str, str], name: str) -> bool:
         return surface.get(name.split(".")[0]) == "import"
@@ -88,8 +95,65 @@ def surface_problems(lab: Lab) -> list[str]:
     for name in sorted(want.keys() & got.keys()):
         kinds = {want[name][:3], got[name][:3]}
         if want[name] != got[name] and not kinds & {"con", "imp"}:
-            problems.append(f"starter.py {name}{got[name][4:]} differs from solution.py {name}{want[name][4:]}")
+            problems.append(
+                f"starter.py {name}{got[name][4:]} differs from solution.py {name}{want[name][4:]}"
+            )
     return problems
+
+
+# ------------------------------------------------------------------ no typed counts in the README
+_UNITS = "one two three four five six seven eight nine".split()
+_TEENS = "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+_TENS = ["twenty", "thirty", "forty"]
+NUMBER_WORDS = [*_UNITS, *_TEENS, *_TENS, *(f"{t}-{u}" for t in _TENS for u in _UNITS), "fifty"]
+_NUMBER = r"\d+|" + "|".join(sorted(NUMBER_WORDS, key=len, reverse=True))
+# Words that may sit between the number and the noun without ending the count ("seven `triton`
+# tests", "nine CPU tests") are any single word but these, which start a new phrase ("2 and refuses
+# wrong", "5 The test").
+_NOT_A_QUALIFIER = frozenset(
+    "a an and the of in on per plus has have is are to from with than or for by".split()
+)
+COUNT_RE = re.compile(
+    rf"(?<![\w.-])(?P<n>{_NUMBER})\s+(?:(?P<q>`[^`]+`|[A-Za-z][\w-]*)\s+)?"
+    r"(?:tests?|cases|mutants|wrong|plausible)\b",
+    re.IGNORECASE,
+)
+# "Lab 01 tests", "tier 1 tests", "phase 2 test": the number names something, it counts nothing.
+_NAMING_WORD_RE = re.compile(
+    r"\b(?:lab|labs|tier|phase|step|part|section|exercise|question|chapter)\s*$", re.I
+)
+
+
+def typed_counts(text: str) -> list[tuple[int, str]]:
+    """``(line, phrase)`` for each typed count of tests, cases or mutants outside code and output blocks."""
+    lines = text.split("\n")
+    found: list[tuple[int, str]] = []
+    in_output = False
+    for number, (line, in_fence) in enumerate(zip(lines, fenced_lines(lines), strict=True), 1):
+        stripped = line.strip()
+        if not in_fence and OUTPUT_OPEN_RE.match(stripped):
+            in_output = True
+        elif in_output and stripped == OUTPUT_CLOSE:
+            in_output = False
+        if in_fence or in_output:
+            continue
+        for m in COUNT_RE.finditer(line):
+            qualifier = (m.group("q") or "").lower()
+            if qualifier in _NOT_A_QUALIFIER or _NAMING_WORD_RE.search(line[: m.start()]):
+                continue
+            found.append((number, m.group(0)))
+    return found
+
+
+def readme_count_problems(lab: Lab) -> list[str]:
+    """Typed counts in the lab's README (they go stale as tests and mutants are added)."""
+    if not lab.readme.is_file():
+        return []
+    return [
+        f"README.md:{line}: '{phrase}' counts tests or mutants by hand; describe them instead "
+        "(what they check, their markers, what the mutants plant): counts go stale"
+        for line, phrase in typed_counts(lab.readme.read_text(encoding="utf-8"))
+    ]
 
 
 # ------------------------------------------------------------------ declared dependencies
@@ -107,7 +171,9 @@ def dependency_problems(lab: Lab, known: set[str]) -> list[str]:
     problems = []
     for dep in declared:
         if not LAB_ID_RE.match(dep) or dep not in known:
-            problems.append(f"lab.toml requires {dep!r}, which is not a lab (ids look like 'phase-01/lab-01-slug')")
+            problems.append(
+                f"lab.toml requires {dep!r}, which is not a lab (ids look like 'phase-01/lab-01-slug')"
+            )
         elif _order(dep) >= _order(me):
             problems.append(f"lab.toml requires {dep}, a later lab: a lab may only build on earlier ones")
     for path in _lab_files(lab):
@@ -178,6 +244,7 @@ def static_problems(labs: list[Lab], all_labs: list[Lab]) -> dict[Path, list[str
     out: dict[Path, list[str]] = {}
     for lab in labs:
         problems = surface_problems(lab) + dependency_problems(lab, known) + mutant_folder_problems(lab)
+        problems += readme_count_problems(lab)
         if cycle and lab_id(lab) in cycle:
             problems.append("dependency cycle: " + " -> ".join(cycle))
         out[lab.path] = problems

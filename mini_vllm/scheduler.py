@@ -280,7 +280,7 @@ class Scheduler:
                 req_index += 1
                 continue
             encoder_plan = None
-            if request.mm_features:  # as upstream, the encoder rule only for requests with images
+            if request.mm_features:  # the encoder rule, for requests with images (upstream guards it too)
                 num_new_tokens, encoder_plan = self._try_schedule_encoder_inputs(
                     request, num_computed, num_new_tokens
                 )
@@ -303,7 +303,7 @@ class Scheduler:
                 self._commit_encoder_inputs(request, encoder_plan)
             scheduled.append(request)
             num_scheduled_tokens[request.request_id] = num_new_tokens
-            # a decode step mostly adds no block: skip building an empty list from an empty one
+            # most decode steps add no block, and a comprehension costs a call (Python 3.11): skip it
             new_block_ids[request.request_id] = [b.block_id for b in new_blocks] if new_blocks else []
             token_budget -= num_new_tokens
             req_index += 1

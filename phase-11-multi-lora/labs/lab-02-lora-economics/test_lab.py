@@ -99,7 +99,11 @@ def test_bad_sizes_are_rejected(func, args, kwargs):
     try:
         getattr(lab, func)(*args, **kwargs)
     except ValueError as exc:
-        assert "positive int" in str(exc), f"{call}: the ValueError should say a positive int is needed; got {exc}"
+        assert "positive int" in str(exc), (
+            f"{call}: the ValueError should say a positive int is needed; got {exc}"
+        )
     else:
-        pytest.fail(f"{call} returned instead of raising ValueError: every size must be a positive int "
-                    "(not 0, not negative, not a float, not a bool)")
+        pytest.fail(
+            f"{call} returned instead of raising ValueError: every size must be a positive int "
+            "(not 0, not negative, not a float, not a bool)"
+        )

@@ -201,19 +201,23 @@ class KVCacheManager:
         rid = request.request_id
         req_blocks = self.req_to_blocks.get(rid)
         num_computed = request.num_computed_tokens + num_new_computed_tokens
-        num_free = self.block_pool.free_block_queue.num_free_blocks
         if req_blocks is not None and not new_computed and not full_sequence_must_fit:
             # A running request growing by a chunk or a decode token: the same rules, fewer calls.
             end = num_computed + num_new_tokens
             need = min(end + num_lookahead_tokens, self.max_model_len)
             num_new_blocks = -(-need // self.block_size) - len(req_blocks)
-            if num_new_blocks > num_free:
-                return None
-            new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
-            req_blocks.extend(new_blocks)
-            if self.enable_caching:
+            new_blocks = []
+            if num_new_blocks > 0:  # most decode steps fit in the last block
+                if num_new_blocks > self.block_pool.free_block_queue.num_free_blocks:
+                    return None
+                new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
+                req_blocks.extend(new_blocks)
+            # cache_blocks' early exit, tested first on an upper bound (end may count drafts):
+            # most steps fill no block, and then the call is skipped
+            if self.enable_caching and end // self.block_size > self.num_cached_block.get(rid, 0):
                 self.cache_blocks(request, min(end, request.num_tokens))
             return new_blocks
+        num_free = self.block_pool.free_block_queue.num_free_blocks
         req_blocks = req_blocks if req_blocks is not None else []
 
         if full_sequence_must_fit:

@@ -261,11 +261,13 @@ class Request:
         length caps ``num_output_tokens >= max_tokens`` / ``num_tokens >= max_model_len``.
         An EOS that lands exactly on the cap therefore reports ``"stop"``.
         """
-        if self.is_finished:
+        # runs once per request per step: the properties (is_finished, num_*_tokens) are inlined
+        if self.status > RequestStatus.PREEMPTED:
             return True
-        if not self._output_token_ids:
+        outputs = self._output_token_ids
+        if not outputs:
             return False
-        last = self._output_token_ids[-1]
+        last = outputs[-1]
         params = self.sampling_params
         if not params.ignore_eos and last == self.eos_token_id:
             self.status = RequestStatus.FINISHED_STOPPED
@@ -274,8 +276,8 @@ class Request:
             self.status = RequestStatus.FINISHED_STOPPED
             self.stop_reason = last
             return True
-        if self.num_output_tokens >= self.max_tokens or (
-            max_model_len is not None and self.num_tokens >= max_model_len
+        if len(outputs) >= self.max_tokens or (
+            max_model_len is not None and len(self._all_token_ids) >= max_model_len
         ):
             self.status = RequestStatus.FINISHED_LENGTH_CAPPED
             return True

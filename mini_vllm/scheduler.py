@@ -265,27 +265,30 @@ class Scheduler:
         self._encoder_budget, self._scheduled_encoder_inputs = self.max_num_encoder_input_tokens, {}
         spec_decode_tokens: dict[str, list[int]] = {}
 
-        # First, the RUNNING requests, oldest first.
+        # First, the RUNNING requests, oldest first. (This loop runs once per running request per
+        # step: what it reads on self is read once, here.)
+        max_model_len, num_lookahead_tokens = self.max_model_len, self.num_lookahead_tokens
+        allocate_slots = kv._allocate_slots  # trusted caller: the arguments are right by construction
         req_index = 0
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
-            behind = request.num_tokens_with_spec - request.num_computed_tokens
-            num_new_tokens = self._clamp_new_tokens(behind, token_budget)
+            num_computed = request.num_computed_tokens
+            num_new_tokens = self._clamp_new_tokens(request.num_tokens_with_spec - num_computed, token_budget)
             # and never a position past max_model_len - 1
-            num_new_tokens = min(num_new_tokens, self.max_model_len - 1 - request.num_computed_tokens)
+            num_new_tokens = min(num_new_tokens, max_model_len - 1 - num_computed)
             if num_new_tokens <= 0:
                 req_index += 1
                 continue
-            num_new_tokens, encoder_plan = self._try_schedule_encoder_inputs(
-                request, request.num_computed_tokens, num_new_tokens
-            )
+            encoder_plan = None
+            if request.mm_features:  # the encoder rule, for requests with images (upstream guards it too)
+                num_new_tokens, encoder_plan = self._try_schedule_encoder_inputs(
+                    request, num_computed, num_new_tokens
+                )
             if num_new_tokens == 0:  # stopped at the doorstep of an image that cannot run this step
                 req_index += 1
                 continue
             while True:
-                new_blocks = kv._allocate_slots(  # trusted caller
-                    request, num_new_tokens, 0, (), False, self.num_lookahead_tokens
-                )
+                new_blocks = allocate_slots(request, num_new_tokens, 0, (), False, num_lookahead_tokens)
                 if new_blocks is not None:
                     break
                 victim = running.pop()  # FCFS: the most recently admitted
@@ -296,10 +299,12 @@ class Scheduler:
             if new_blocks is None:
                 break
             running_reqs.append(request)
-            self._commit_encoder_inputs(request, encoder_plan)
+            if encoder_plan is not None:
+                self._commit_encoder_inputs(request, encoder_plan)
             scheduled.append(request)
             num_scheduled_tokens[request.request_id] = num_new_tokens
-            new_block_ids[request.request_id] = [b.block_id for b in new_blocks]
+            # most decode steps add no block, and a comprehension costs a call (Python 3.11): skip it
+            new_block_ids[request.request_id] = [b.block_id for b in new_blocks] if new_blocks else []
             token_budget -= num_new_tokens
             req_index += 1
             if request.spec_token_ids:
@@ -530,7 +535,7 @@ class Scheduler:
         for rid, tok in sampled.items():
             if rid not in scheduled:
                 raise ValueError(f"a token was sampled for {rid!r}, which was not scheduled this step")
-            if is_token_id(tok):
+            if type(tok) is int and tok >= 0 or is_token_id(tok):  # the usual one token, without a call
                 continue
             if isinstance(tok, (str, bytes)) or not isinstance(tok, (Sequence, np.ndarray)):
                 raise ValueError(f"sampled token for {rid!r} must be a non-negative int or a list of them, got {tok!r}")
@@ -539,19 +544,21 @@ class Scheduler:
                 raise ValueError(
                     f"request {rid!r} must get 1 to {limit} token ids (accepted drafts + one more), got {list(tok)!r}"
                 )
+        PREEMPTED = RequestStatus.PREEMPTED  # read once: both loops below run once per request
         for request in scheduler_output.scheduled_requests:
-            if request.status > RequestStatus.PREEMPTED:  # aborted after it was scheduled: no token
+            if request.status > PREEMPTED:  # aborted after it was scheduled: no token
                 continue
+            rid = request.request_id
             # needs_sample, inlined (this loop runs once per scheduled request per step)
-            wants = request.num_computed_tokens + scheduled[request.request_id] >= request.num_tokens
+            wants = request.num_computed_tokens + scheduled[rid] >= request.num_tokens
             if request.pooling_params is not None:
-                if request.request_id in sampled or wants != (request.request_id in pooled):
-                    raise ValueError(f"pooling request {request.request_id!r} takes a pooler output, "
+                if rid in sampled or wants != (rid in pooled):
+                    raise ValueError(f"pooling request {rid!r} takes a pooler output, "
                                      "once its whole prompt is computed, and never a token")
                 continue
-            if wants != (request.request_id in sampled):
+            if wants != (rid in sampled):
                 what = "needs a sampled token" if wants else "is mid-prefill and must not get a token"
-                raise ValueError(f"request {request.request_id!r} {what}")
+                raise ValueError(f"request {rid!r} {what}")
         self._pending_output = None
         failed_kv_load: set[str] = set()
         if kv_connector_output is not None and kv_connector_output.invalid_block_ids:
@@ -559,8 +566,9 @@ class Scheduler:
 
         self.spec_decoding_stats = None
         finished: list[Request] = []
+        max_model_len = self.max_model_len
         for request in scheduler_output.scheduled_requests:
-            if request.status > RequestStatus.PREEMPTED:  # aborted after it was scheduled
+            if request.status > PREEMPTED:  # aborted after it was scheduled
                 continue
             if request.request_id in failed_kv_load:  # its KV was bad: no token, recompute
                 continue
@@ -584,7 +592,7 @@ class Scheduler:
                     finished.append(request)
             elif type(token) is int or is_token_id(token):
                 request.append_output_token_ids(token)
-                if request.maybe_finish(self.max_model_len):
+                if request.maybe_finish(max_model_len):
                     finished.append(request)
             elif self._update_request_with_output(request, token, ()):
                 finished.append(request)

@@ -214,6 +214,18 @@ def test_strided_probability_rows():
     assert not p_view.is_contiguous() and q_view.stride() == (1, 6)
     got = run(drafts, counts, q_view, p_view, bonus, u, inv_e=inv_e, block_v=8)
     _same(got, want, "p as a column slice and q as a transposed view: index every row and column with its own stride")
+    # the other way round: p(x) and q(x) are each loaded twice (the draft's entry, then the residual's rows), and
+    # every load must use both strides, so the column stride of p matters as much as q's
+    wide = torch.zeros(6, vocab + 9)
+    wide[:, 5 : 5 + vocab] = torch.tensor(q)
+    p_t = torch.tensor(p).t().contiguous().t()  # strides (1, num_tokens): column stride 6, not 1
+    assert p_t.stride() == (1, 6)
+    got = run(drafts, counts, wide[:, 5 : 5 + vocab], p_t, bonus, u, inv_e=inv_e, block_v=8)
+    _same(
+        got,
+        want,
+        "p as a transposed view (column stride 6): load p(x) at t * stride_pt + x * stride_pv, not at t * stride_pt + x",
+    )
 
 
 def _huge_float32(n):

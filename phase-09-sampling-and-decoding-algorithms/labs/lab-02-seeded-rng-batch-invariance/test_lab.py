@@ -175,6 +175,27 @@ def test_fixed_forward_cpu_keeps_the_fast_path_and_the_top_k(ops):
     assert tokens <= {0, 1}, "top-k=2 must still be applied before the draw"
 
 
+@pytest.mark.upstream
+@pytest.mark.parametrize("mode", ["raw_logprobs", "raw_logits", "processed_logits", "processed_logprobs"])
+def test_fixed_forward_cpu_returns_what_forward_cpu_returns_for_logprobs(ops, mode):
+    import torch
+
+    # the second output is what the engine turns into logprobs: the fix changes the draw, never that
+    sampler = ops.TopKTopPSampler(mode)
+    logits = torch.tensor([[2.0, 1.5, 1.0, 0.5], [0.1, 0.9, 0.3, 0.2], [1.0, 1.0, 2.0, 0.0]])
+    k = torch.tensor([2, 3, 4])  # top-k changes the processed logits: -inf outside each row's k best
+    gen = {0: torch.Generator().manual_seed(1)}
+    _, want = ops.TopKTopPSampler.forward_cpu(sampler, logits.clone(), gen, k, None)
+    _, got = lab.fixed_forward_cpu(sampler, logits.clone(), {0: torch.Generator().manual_seed(1)}, k, None)
+    if want is None:
+        assert got is None, f"logprobs_mode={mode!r}: forward_cpu returns None for the logprobs, got {got}"
+    else:
+        assert got is not None and torch.equal(got, want), (
+            f"logprobs_mode={mode!r}: your second output is {got}, forward_cpu's is {want}; keep both "
+            f"processed_* branches (the top-k/top-p-filtered logits, or their log_softmax)"
+        )
+
+
 def test_unseeded_requests_with_one_prompt_draw_different_tokens():
     s = lab.SeededSampler(engine_seed=3)
     unseeded = SamplingParams()

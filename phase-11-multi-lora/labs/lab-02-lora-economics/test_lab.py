@@ -78,18 +78,32 @@ def test_gpus_saved():
 
 
 @pytest.mark.parametrize(
-    "call",
+    ("func", "args", "kwargs"),
     [
-        lambda: lab.lora_params_per_layer(4096, 4096, 0),
-        lambda: lab.lora_params_per_layer(-1, 4096, 16),
-        lambda: lab.adapter_bytes(4096, 0, 16),
-        lambda: lab.adapter_bytes(4096, 32, 16, targets=0),
-        lambda: lab.shrink_ratio(0, 4096, 32, 16),
-        lambda: lab.gpus_saved(100, 0),
-        lambda: lab.gpus_saved(0, 8),
-        lambda: lab.lora_params_per_layer(4096, 4096, 16.0),
+        ("lora_params_per_layer", (4096, 4096, 0), {}),
+        ("lora_params_per_layer", (-1, 4096, 16), {}),
+        ("adapter_bytes", (4096, 0, 16), {}),
+        ("adapter_bytes", (4096, 32, 16), {"targets": 0}),
+        ("shrink_ratio", (0, 4096, 32, 16), {}),
+        ("gpus_saved", (100, 0), {}),
+        ("gpus_saved", (0, 8), {}),
+        ("lora_params_per_layer", (4096, 4096, 16.0), {}),
+        # bool is a subclass of int: True slips through as 1 unless _positive refuses bools by name
+        ("gpus_saved", (100, True), {}),
+        ("adapter_bytes", (4096, 32, 16), {"targets": True}),
+        ("lora_params_per_layer", (4096, 4096, True), {}),
     ],
 )
-def test_bad_sizes_are_rejected(call):
-    with pytest.raises(ValueError, match="positive int"):
-        call()
+def test_bad_sizes_are_rejected(func, args, kwargs):
+    call = f"{func}{args}" + (f" with {kwargs}" if kwargs else "")
+    try:
+        getattr(lab, func)(*args, **kwargs)
+    except ValueError as exc:
+        assert "positive int" in str(exc), (
+            f"{call}: the ValueError should say a positive int is needed; got {exc}"
+        )
+    else:
+        pytest.fail(
+            f"{call} returned instead of raising ValueError: every size must be a positive int "
+            "(not 0, not negative, not a float, not a bool)"
+        )

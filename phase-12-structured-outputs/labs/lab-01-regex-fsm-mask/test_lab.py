@@ -40,7 +40,11 @@ def test_parse_atoms():
     )
     # Any wording will do: the message must name the offending piece (the fact a user needs to fix it).
     for bad, piece in [("[ab", "["), ("+a", "+"), ("a++", "+"), ("a*", "*"), ("(a)", "("), ("a|b", "|"),
-                       ("a.b", "."), ("[z-a]", "z"), ("[]", "[]"), ("a\\", "\\")]:
+                       ("a.b", "."), ("[z-a]", "z"), ("[]", "[]"), ("a\\", "\\"),
+                       # every other metacharacter the subset lacks, closers included: a stray ']' or
+                       # ')' is not a literal (a real regex engine would read a different pattern)
+                       ("a?", "?"), ("a)", ")"), ("a{2}", "{"), ("a}", "}"), ("^a", "^"), ("a$", "$"),
+                       ("a]", "]"), ("0x[0-9]]", "]")]:
         with pytest.raises(ValueError) as err:
             lab.parse_atoms(bad)
         assert piece in str(err.value), f"parse_atoms({bad!r}): say what is wrong and name {piece!r}; got {err.value}"

@@ -9,8 +9,8 @@ For each lab (``phase-NN-*/labs/lab-NN-*/`` with a ``test_lab.py``):
   see ``course.patches``) applies exactly and fails at least one test; a lab without mutants, and
   a mutant whose delta no longer applies, are failures;
 * the **static rules** of ``course.labrules`` hold: the starter has the solution's public names and
-  signatures, and every cross-lab load is declared in ``lab.toml``, points at an earlier lab and
-  makes no cycle.
+  signatures, every cross-lab load is declared in ``lab.toml``, points at an earlier lab and
+  makes no cycle, and the README describes its tests and mutants rather than counting them.
 
 ``mini_vllm/mutants/*.diff`` (paths relative to the repository root) are checked the same way when
 no phase is selected (or with the selector ``mini_vllm``): each is applied to a temporary copy of

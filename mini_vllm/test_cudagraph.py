@@ -115,6 +115,8 @@ def test_bad_input_is_rejected():
         GraphRunner([])
     with pytest.raises(TypeError):
         run_eager([1, 2], np.ones(2))
+    with pytest.raises(ValueError, match="at least one"):  # an empty model is refused, not run as a no-op
+        run_eager([], np.ones(2))
     with pytest.raises(ValueError):
         LaunchCounter.bump(-1)
     with pytest.raises(ValueError):

@@ -227,3 +227,27 @@ def test_bad_shapes_are_refused_and_leave_the_cache_untouched():
         paged_attention(np.ones((4, HQ, D)), paged.cache[0], md, 1.0)
     with pytest.raises(ValueError, match="block-table entry"):
         AttentionMetadata.build([4], [40], [[1]], 16)
+
+
+def test_slots_past_seq_len_are_never_read_even_when_they_hold_nan():
+    # The last block is only partly filled: its tail (and every block past the request's) holds
+    # garbage. Gathering the whole block and trusting the causal mask still multiplies 0 by that
+    # garbage; NaN there shows it (finite garbage would hide the read).
+    block_size, seq_len, q_len = 8, 8 + 3, 2
+    rng = np.random.default_rng(4)
+    paged = Paged(block_size, num_blocks=8, seed=4)
+    paged.cache[...] = np.nan
+    paged.add(seq_len)
+    k = rng.standard_normal((seq_len, HKV, D)).astype(np.float32)
+    v = rng.standard_normal((seq_len, HKV, D)).astype(np.float32)
+    q = rng.standard_normal((q_len, HQ, D)).astype(np.float32)
+    md = AttentionMetadata.build([seq_len], [seq_len], paged.table(), block_size)
+    reshape_and_cache(k, v, paged.cache, md.slot_mapping)
+    md = AttentionMetadata.build([q_len], [seq_len], paged.table(), block_size)
+    got = paged_attention(q, paged.cache, md, D**-0.5)
+    bad = np.argwhere(~np.isfinite(got))
+    assert not bad.size, (
+        f"output row {bad[0][0] if bad.size else None} is not finite: keys/values must be cut at seq_len={seq_len} "
+        f"(the last block's slots {seq_len % block_size}..{block_size - 1} are unwritten), not only masked"
+    )
+    np.testing.assert_allclose(got, dense_attention(q, k, v, D**-0.5), atol=2e-5)

@@ -205,6 +205,16 @@ def test_adapter_images_and_salt_key_every_block_as_upstream():
     assert generate_block_hash_extra_keys(r, 4, 8) == ("a1", ("img", 2)), "no salt after the first block"
     assert generate_block_hash_extra_keys(r, 8, 12) == ("a1", ("img", -2)), "the image started 2 tokens before"
     assert generate_block_hash_extra_keys(Request("b", prompt), 0, 4) == (), "the base model has no extra keys"
+    # exact edges: an image that starts where a block ends, or ends where a block starts, is not in it
+    edge = (
+        MultiModalFeature("to4", PlaceholderRange(1, 3)),
+        MultiModalFeature("at4", PlaceholderRange(4, 3)),
+    )
+    r = Request("e", prompt, mm_features=edge)
+    got = {(s, s + 4): generate_block_hash_extra_keys(r, s, s + 4) for s in (0, 4)}
+    assert got == {(0, 4): (("to4", 1),), (4, 8): (("at4", 0),)}, (
+        f"block [start, end) holds an image iff offset < end and start < offset + length; got {got}"
+    )
 
 
 @pytest.mark.parametrize("salt", ["", 3, b"t1"])

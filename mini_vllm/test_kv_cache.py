@@ -151,3 +151,20 @@ def test_lookup_stops_at_the_first_miss():
             f"block {victim} of 3 evicted: {num_hit} tokens hit ({[b.block_id for b in hits]}), want {want}: "
             "stop the lookup at the first miss, later blocks cannot be used without it"
         )
+
+
+def test_lookahead_slots_never_pass_max_model_len_on_either_path():
+    # max_model_len 12 at block size 4: no request ever needs more than 3 blocks, lookahead included
+    kv = KVCacheManager(CacheConfig(4, 20, True), max_model_len=12)
+    r = req("a", list(range(9)), max_tokens=3)
+    new = kv.allocate_slots(r, 9, full_sequence_must_fit=True, num_lookahead_tokens=4)
+    assert new is not None and len(kv.get_block_ids("a")) == 3, (
+        f"admission: 9 tokens + 4 lookahead capped at max_model_len=12 is 3 blocks, got {kv.get_block_ids('a')}"
+    )
+    r.num_computed_tokens = 9
+    r.append_output_token_ids(1)
+    kv.allocate_slots(r, 1, num_lookahead_tokens=4)
+    assert len(kv.get_block_ids("a")) == 3, (
+        f"a running request: 10 tokens + 4 lookahead capped at max_model_len=12 is 3 blocks, "
+        f"got {kv.get_block_ids('a')} (cap the lookahead on the decode path too)"
+    )

@@ -74,6 +74,15 @@ def test_cls_last_and_mean_take_each_requests_own_rows():
     )
 
 
+def test_mean_sums_low_precision_rows_in_float32():
+    # float16 rows: 3 x 40000 overflows float16 (max 65504) if summed in the rows' own dtype
+    hidden = np.full((3, 2), 40000, dtype=np.float16)
+    got = mean_pool(hidden, metadata([3]).get_pooling_cursor())
+    assert np.isfinite(got).all() and np.allclose(got, 40000.0), (
+        f"MEAN of three float16 rows of 40000 must be 40000, got {got.tolist()}: sum in float32, not float16"
+    )
+
+
 def test_normalise_after_pooling_not_before():
     hidden = np.array([[3.0, 4.0], [0.0, 1.0], [1.0, 1.0]], dtype=np.float32)
     got = np.stack(EmbeddingPooler("MEAN")(hidden, metadata([2, 1])))

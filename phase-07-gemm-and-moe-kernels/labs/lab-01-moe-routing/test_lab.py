@@ -166,6 +166,35 @@ def test_grouped_equals_reference():
     )
 
 
+def test_float32_activations_keep_the_float64_arithmetic():
+    # Activations often arrive in float32 while the router and expert weights are float64: every
+    # intermediate buffer must hold the promoted dtype, or the result is rounded to float32 on the way.
+    x64, w_gate, experts = _layer(tokens=32)
+    x = x64.astype(np.float32)
+    ids, w = lab.route(x, w_gate, K)
+    xs = x.astype(np.float64)
+    want = np.zeros((x.shape[0], D))
+    for t in range(x.shape[0]):
+        for j in range(K):
+            W1, W2 = experts[ids[t, j]]
+            want[t] += w[t, j] * (np.maximum(xs[t] @ W1, 0.0) @ W2)
+    for name in ("moe_forward_reference", "moe_forward_grouped"):
+        got = getattr(lab, name)(x, experts, ids, w)
+        err = float(np.max(np.abs(got - want)))
+        assert got.dtype == np.float64 and err < 1e-10, (
+            f"{name} on float32 activations with float64 experts returned {got.dtype}, off by {err:.2e} from the "
+            f"float64 computation: allocate every buffer (output, y_sorted) with np.result_type of its inputs, "
+            f"not like x, so the expert outputs are not rounded to float32"
+        )
+    x_sorted, order, _ = lab.permute(x, ids, E)
+    back = lab.unpermute(x_sorted, order, w, x.shape[0])  # float32 rows, float64 gate weights
+    err = float(np.max(np.abs(back - xs * w.sum(axis=1, keepdims=True))))
+    assert back.dtype == np.float64 and err < 1e-12, (
+        f"unpermute of float32 rows with float64 weights returned {back.dtype}, off by {err:.2e}: the output "
+        f"must take np.result_type(y_sorted, weights)"
+    )
+
+
 def test_grouped_calls_each_expert_once(monkeypatch):
     x, w_gate, experts = _layer(tokens=32)
     ids, w = lab.route(x, w_gate, K)

@@ -82,6 +82,23 @@ def test_per_seq_is_per_token_times_length_and_bad_shapes_are_rejected():
         lab.kv_bytes_per_seq(**LLAMA3_8B, dtype_bytes=2, seq_len=0)
 
 
+def test_every_shape_argument_is_validated_dtype_bytes_included():
+    # Each of the four shape arguments, dtype_bytes too, must be > 0: a zero-byte or negative-byte
+    # cache is a typo, and answering 0 (or a negative size) would only fail later, far from it.
+    good = {**LLAMA3_8B, "dtype_bytes": 2}
+    for name in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes"):
+        for bad in (0, -1):
+            kw = {**good, name: bad}
+            try:
+                got = lab.kv_bytes_per_token(**kw)
+            except ValueError:
+                continue
+            pytest.fail(
+                f"kv_bytes_per_token({name}={bad}) returned {got} instead of raising ValueError: "
+                f"pass every shape argument, dtype_bytes included, to _positive(...)"
+            )
+
+
 def test_huge_pools_floor_exactly_and_no_room_still_validates():
     # Byte counts past 2**53 are where float division rounds: free / per_seq can land on the next
     # integer even though one byte is missing. Integer floor division never does.

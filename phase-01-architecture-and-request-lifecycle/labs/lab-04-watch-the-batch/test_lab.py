@@ -138,12 +138,15 @@ def test_max_tokens_per_prompt_any_sequence_and_refused_when_the_count_is_wrong(
         f"max_tokens=(2, 3) gives A and B their own caps: scheduled tokens should be [12, 9] "
         f"(prompt + cap - 1), got {totals}; treat any non-int max_tokens as one cap per prompt"
     )
-    # Two caps for three prompts is a caller's mistake: refuse it, never run a subset silently.
-    try:
-        got = lab.trace_batches([A, B, "hey"], [2, 3])
-    except ValueError:
-        return
-    raise AssertionError(
-        f"trace_batches with 3 prompts and 2 max_tokens values returned {len(got[0])} request ids instead of "
-        f"raising ValueError: check len(max_tokens) == len(prompts) before adding any request"
-    )
+    # Two caps for three prompts (or three for two) is a caller's mistake: refuse it, never run a
+    # subset silently or drop the extra caps.
+    for prompts, caps in (([A, B, "hey"], [2, 3]), ([A, B], [2, 3, 4])):
+        try:
+            got = lab.trace_batches(prompts, caps)
+        except ValueError:
+            continue
+        raise AssertionError(
+            f"trace_batches with {len(prompts)} prompts and {len(caps)} max_tokens values returned "
+            f"{len(got[0])} request ids instead of raising ValueError: check len(max_tokens) == len(prompts) "
+            f"(too many as well as too few) before adding any request"
+        )

@@ -193,13 +193,19 @@ def test_padding_holding_nan_or_inf_never_reaches_the_output():
 
 
 def test_slot_mapping_is_int64_past_2_31():
-    # A big pool: physical block 2**27 at block size 16 starts at slot 2**31, past int32.
-    got = lab.build_slot_mapping(np.array([2**27, 5]), BS, 14, 3)
-    assert got.dtype == np.int64, f"the slot mapping must be int64, got {got.dtype}"
+    # A big pool: physical block 2**27 at block size 16 starts at slot 2**31, past int32. Block
+    # tables are often int32 (the ids fit): the slots must still be computed and returned in int64.
     want = [2**31 + 14, 2**31 + 15, 5 * BS]
-    assert got.tolist() == want, (
-        f"block 2**27 x 16 = 2**31: slots should be {want}, got {got.tolist()}; compute in int64 (int32 wraps)"
-    )
+    for table in (np.array([2**27, 5]), np.array([2**27, 5], dtype=np.int32), [2**27, 5]):
+        kind = type(table).__name__ + (f"[{table.dtype}]" if isinstance(table, np.ndarray) else "")
+        got = lab.build_slot_mapping(table, BS, 14, 3)
+        assert got.dtype == np.int64, (
+            f"the slot mapping must be int64 whatever the block table's dtype; a {kind} table gave {got.dtype}"
+        )
+        assert got.tolist() == want, (
+            f"block 2**27 x 16 = 2**31 with a {kind} table: slots should be {want}, got {got.tolist()}; "
+            f"cast the table to int64 before multiplying (int32 wraps)"
+        )
 
 
 def test_block_size_is_a_parameter_not_16():

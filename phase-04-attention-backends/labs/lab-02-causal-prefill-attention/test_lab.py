@@ -107,6 +107,21 @@ def test_dense_causal_reference():
     assert err < 1e-12, f"dense_causal_attention with start_pos=2 differs from masked attention by {err:.2e}"
 
 
+def test_dense_causal_reference_survives_extreme_scores():
+    # The reference is graded too: every score near +800 (exp overflows) or -790 (exp underflows to 0)
+    Q, K, V = _tokens(6, seed=6)
+    Q[:, 1:] = 0.0
+    Q[:, 0] = np.sqrt(D)  # score of key t = K[t, 0]
+    for shift in (800.0, -790.0):
+        K[:, 0] = shift + np.random.default_rng(7).standard_normal(6)
+        got = lab.dense_causal_attention(Q[2:], K, V, 2)
+        want = _oracle(Q[2:], K, V, 2)
+        assert np.all(np.isfinite(got)) and np.max(np.abs(got - want)) < 1e-9, (
+            f"dense_causal_attention with every score near {shift:g} gave row 0 = {got[0][:3]} "
+            f"(want {want[0][:3]}): exponentiate s - s.max(), never s itself"
+        )
+
+
 def test_three_or_more_chunks_other_block_size():
     # block_size 3 (not 4), V rows 5 wide (not D), and chunkings of 3, 4 and 11 pieces
     rng = np.random.default_rng(5)

@@ -40,6 +40,21 @@ def test_priority_chain_per_gpu_generation():
     )
 
 
+def test_every_quantized_kv_dtype_reorders_the_sparse_tail():
+    # 128 heads, so only the KV dtype can put FlashInfer first: every quantized dtype must, not only fp8*
+    for kv in ("fp8_e5m2", "int8_per_token_head", "fp8_per_token_head", "nvfp4"):
+        got = lab.backend_priorities(True, B200, num_heads=128, kv_cache_dtype=kv)
+        assert got[-2:] == ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"], (
+            f"kv_cache_dtype={kv!r} is quantized (fp8*, *per_token_head and nvfp4 all are): with 128 heads "
+            f"the Blackwell sparse tail must be FLASHINFER_MLA_SPARSE, FLASHMLA_SPARSE; got {got[-2:]}"
+        )
+    for kv in ("auto", "bfloat16"):
+        got = lab.backend_priorities(True, B200, num_heads=128, kv_cache_dtype=kv)
+        assert got[-2:] == ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"], (
+            f"kv_cache_dtype={kv!r} is not quantized: with 128 heads FLASHMLA_SPARSE stays first; got {got[-2:]}"
+        )
+
+
 def test_reasons_follow_validate_configuration():
     rule = lab.RULES["FLASHMLA"]
     got = lab.invalid_reasons(rule, _cfg(head_size=64, dtype="float16"), L4)
@@ -129,7 +144,8 @@ def test_priorities_match_real_vllm(real_vllm):
     cuda, _, interface = real_vllm
     for cap in ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)):
         for use_mla in (False, True):
-            for num_heads, kv in ((None, None), (16, "auto"), (128, "auto"), (128, "fp8")):
+            for num_heads, kv in ((None, None), (16, "auto"), (128, "auto"), (128, "fp8"),
+                                 (128, "int8_per_token_head"), (128, "nvfp4")):
                 real = [b.name for b in cuda._get_backend_priorities(use_mla, interface.DeviceCapability(*cap),
                                                                       num_heads, kv)]
                 mine = lab.backend_priorities(use_mla, cap, num_heads, kv)

@@ -107,6 +107,13 @@ def test_prediction_reads_dtype_and_the_compute_roof():
         f"a float32 model moves 4 bytes per element: batch 64 reads {want:.0f} us worth of bytes at 3.35 TB/s, "
         f"got {row['gpu_us']:.0f} us: take the element size from cfg.dtype"
     )
+    bf16 = lab.DecoderConfig(dtype="bfloat16")
+    row = lab.predict_rows(175, bf16, batches=(64,))[0]
+    want = 2 * (bf16.weight_params + bf16.kv_elems(64)) / 3.35e6
+    assert row["gpu_us"] == pytest.approx(want), (
+        f"bfloat16 is 2 bytes per element, like float16: batch 64 reads {want:.0f} us worth of bytes at 3.35 TB/s, "
+        f"got {row['gpu_us']:.0f} us: treat both 16-bit dtypes as 2 bytes"
+    )
     cfg = lab.DecoderConfig()
     row = lab.predict_rows(175, cfg, batches=(64,), peak_tflops=1.0)[0]
     flops = 2 * 64 * cfg.weight_params + 2 * cfg.kv_elems(64)

@@ -109,8 +109,10 @@ def test_other_spec_counters_without_num_drafts_are_refused():
     partial = [m for m in _metrics(5, 20, 12, [5, 4, 2, 1]) if m.name != "vllm:spec_decode_num_drafts"]
     with pytest.raises(ValueError, match="disable_log_stats"):
         got = lab.read_spec_counters(partial)
-        pytest.fail(f"draft-token, accepted and per-position counters but no num_drafts were read as {got}: "
-                    f"only vllm:spec_decode_num_drafts proves cycles were counted; refuse the list")
+        pytest.fail(
+            f"draft-token, accepted and per-position counters but no num_drafts were read as {got}: "
+            f"only vllm:spec_decode_num_drafts proves cycles were counted; refuse the list"
+        )
 
 
 def test_the_three_logged_figures_have_three_denominators():

@@ -34,6 +34,17 @@ def test_residual_is_the_renormalized_surplus():
     assert lab.residual_distribution(q, p).tolist() == [0.0, 0.0, 1.0]
 
 
+def test_a_tiny_surplus_is_still_the_residual():
+    # p and q differ by 1e-10 (well inside the 1e-6 sum check): a rejection is rare but possible, and when it
+    # happens the replacement must come from where p exceeds q, not from p
+    p, q = np.array([0.5, 0.5]), np.array([0.5 - 1e-10, 0.5 + 1e-10])
+    got = lab.residual_distribution(p, q)
+    assert got.tolist() == [1.0, 0.0], (
+        f"max(p - q, 0) = [1e-10, 0] normalises to [1, 0]; got {got.tolist()}: fall back to p only when the "
+        f"surplus is exactly 0 (p == q), not when it is merely small"
+    )
+
+
 def test_output_distribution_is_exactly_the_target():
     n = 200_000
     tokens, drafts, accepted = lab.speculative_tokens(P, Q, n, np.random.default_rng(0))

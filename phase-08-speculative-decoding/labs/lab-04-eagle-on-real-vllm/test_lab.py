@@ -104,6 +104,17 @@ def test_reading_without_speculation_says_why():
         lab.read_spec_counters([*_metrics(1, 3, 0, [0, 0, 0]), *_metrics(1, 4, 0, [0, 0, 0, 0], engine=1)])
 
 
+def test_other_spec_counters_without_num_drafts_are_refused():
+    # the cycle count is the denominator of every figure: without it, the other counters cannot be read
+    partial = [m for m in _metrics(5, 20, 12, [5, 4, 2, 1]) if m.name != "vllm:spec_decode_num_drafts"]
+    with pytest.raises(ValueError, match="disable_log_stats"):
+        got = lab.read_spec_counters(partial)
+        pytest.fail(
+            f"draft-token, accepted and per-position counters but no num_drafts were read as {got}: "
+            f"only vllm:spec_decode_num_drafts proves cycles were counted; refuse the list"
+        )
+
+
 def test_the_three_logged_figures_have_three_denominators():
     c = lab.SpecCounters(1000, 5000, 2800, (813, 660, 537, 436, 354))
     assert lab.mean_acceptance_length(c) == pytest.approx(3.8), (

@@ -48,6 +48,22 @@ def test_top_p_keeps_the_crossing_token_and_stops_at_an_exact_hit():
     assert kept(lab.apply_top_p(DYADIC, np.array([1.0]))) == [[True] * 4], "p=1 means off"
 
 
+def test_top_p_counts_a_full_size_vocabulary_in_float64():
+    # a Llama-3-size vocabulary: the cumulative sum runs over 128,256 probabilities, and a float32 running sum
+    # drifts by ~1e-5 by the tail, enough to move the cut at p = 0.99 by several tokens
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((1, 128_256)) * 2
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    cum = np.cumsum(np.sort(probs[0])[::-1])  # float64, most probable first
+    want = int((cum < 0.99).sum()) + 1
+    got = int(np.isfinite(lab.apply_top_p(logits, np.array([0.99]))).sum())
+    assert got == want, (
+        f"top_p=0.99 over 128,256 tokens kept {got}, the float64 prefix that reaches 0.99 holds {want}: "
+        f"accumulate the sorted probabilities in float64 (the logits are float64), not float32"
+    )
+
+
 def test_min_p_is_relative_to_the_top_probability():
     x = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 3))
     got = kept(lab.apply_min_p(x, np.array([0.5, 0.0, 1.0])))

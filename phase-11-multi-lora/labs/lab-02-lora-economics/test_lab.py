@@ -85,6 +85,10 @@ def test_gpus_saved():
         ("adapter_bytes", (4096, 0, 16), {}),
         ("adapter_bytes", (4096, 32, 16), {"targets": 0}),
         ("shrink_ratio", (0, 4096, 32, 16), {}),
+        # every size of shrink_ratio is checked, not only base_params (0 layers would divide by zero)
+        ("shrink_ratio", (7_000_000_000, 4096, 0, 16), {}),
+        ("shrink_ratio", (7_000_000_000, 4096, -32, 16), {}),
+        ("shrink_ratio", (7_000_000_000, 4096, 32, 16), {"targets": 0}),
         ("gpus_saved", (100, 0), {}),
         ("gpus_saved", (0, 8), {}),
         ("lora_params_per_layer", (4096, 4096, 16.0), {}),

@@ -163,6 +163,19 @@ def test_ties_pick_lowest_id_and_special_tokens_never_allowed():
     assert lab.allowed_tokens(fsm, 1, vocab, 3).tolist() == [True, False, True, True]
 
 
+def test_empty_string_token_is_allowed_in_every_state():
+    # A token with no characters cannot break the pattern: "all its characters survive" holds vacuously.
+    # Only None marks a special token; "" is an ordinary (if odd) token that some tokenizers have.
+    vocab = ["a", "", None, "b"]
+    fsm = lab.compile_pattern("ab")
+    for state in range(fsm.num_states):
+        got = lab.allowed_tokens(fsm, state, vocab, 2)
+        assert got[1], (
+            f"allowed_tokens(state {state}) bans the empty-string token 1: it has no characters to die on, so it "
+            f"is allowed in every state; test for a special token with 'text is None', not with 'not text'"
+        )
+
+
 def test_documented_errors():
     model = lab.ranked_model(["a"], VOCAB)
     # The type is the contract; the message must carry the offending value or name it, in any words.

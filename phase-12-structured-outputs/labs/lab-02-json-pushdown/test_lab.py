@@ -59,6 +59,45 @@ def test_illegal_feed_raises():
         lab.JsonMachine().feed("x")
 
 
+# one prefix per mode (and both depths of the integer modes)
+EVERY_MODE = [
+    "",
+    "1",
+    "0",
+    "{",
+    '{"',
+    '{"a',
+    '{"a"',
+    '{"a":',
+    '{"a":1',
+    '{"a":0',
+    '{"a":{',
+    '{"a":{}',
+    '{"a":1,',
+    '{"a":1}',
+]
+
+
+@pytest.mark.parametrize("prefix", EVERY_MODE)
+def test_every_refused_character_leaves_the_machine_unchanged(prefix):
+    m = feed_all(lab.JsonMachine(), prefix)
+    before = (m.mode, m.depth)
+    for ch in lab.ALPHABET:
+        if ch in m.allowed():
+            continue
+        try:
+            m.feed(ch)
+        except ValueError:
+            assert (m.mode, m.depth) == before, (
+                f"after {prefix!r}, the refused {ch!r} changed the machine from {before} to {(m.mode, m.depth)}: "
+                "check the character before switching mode or depth"
+            )
+            continue
+        pytest.fail(
+            f"after {prefix!r} (mode {before[0]!r}) feed accepted {ch!r}, which allowed() does not offer"
+        )
+
+
 @pytest.mark.parametrize("prefix", ["12", "0"])
 @pytest.mark.parametrize("ch", [",", "}"])
 def test_top_level_int_refuses_comma_and_close(prefix, ch):

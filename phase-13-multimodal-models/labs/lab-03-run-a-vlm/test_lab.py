@@ -101,6 +101,15 @@ def test_embeds_in_range():
     assert lab.embeds_in_range(None, 2, 4) == (2, 4), "without a mask position i is embedding i"
     with pytest.raises(ValueError, match="0 <= start <= end"):
         lab.embeds_in_range(mask, 4, 3)
+    for start in (-1, -3):
+        try:
+            got = lab.embeds_in_range(mask, start, 2)
+        except ValueError:
+            continue
+        pytest.fail(
+            f"embeds_in_range(mask, {start}, 2) returned {got}: a negative start is not a position of the "
+            "range (Python would slice from the end of the mask); raise ValueError, need 0 <= start <= end"
+        )
 
 
 @pytest.mark.upstream

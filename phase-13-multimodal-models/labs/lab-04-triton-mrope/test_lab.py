@@ -234,6 +234,8 @@ def test_zero_tokens_is_a_no_op():
     pos0 = torch.empty(3, 0, dtype=torch.int64)
     for what, kind, args in [
         ("int32 positions", TypeError, (pos0.to(torch.int32), q, k, cache)),
+        # the int64 rule holds for (T,) text positions too, not only for (3, T)
+        ("int32 (T,) text positions", TypeError, (torch.empty(0, dtype=torch.int32), q, k, cache)),
         ("a cos_sin_cache 16 wide for rotary_dim 8", ValueError, (pos0, q, k, torch.zeros(8, 16))),
         ("positions for 2 tokens", ValueError, (torch.zeros(3, 2, dtype=torch.int64), q, k, cache)),
         ("k with 5 columns for head_size 8", ValueError, (pos0, q, torch.empty(0, 5), cache)),

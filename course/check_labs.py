@@ -97,10 +97,20 @@ def materialize(lab: Lab, mutant: Path, into: Path) -> Path:
     if [f.path for f in delta.files] != ["solution.py"]:
         raise patches.StaleMutant(f"{mutant.stem}: a lab mutant patches solution.py only (--- a/solution.py)")
     text = patches.apply(delta, lambda name: (lab.path / name).read_text(encoding="utf-8"))["solution.py"]
+    must_compile(text, f"{mutant.stem}: solution.py")
     target = into / lab.path.parent.parent.name / lab.name / mutant.stem / "solution.py"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     return target
+
+
+def must_compile(text: str, label: str) -> None:
+    """A mutant is a program with one mistake: one that does not even compile would be "caught" by any
+    test that imports it lazily, proving nothing. Raises ``StaleMutant`` naming the line."""
+    try:
+        compile(text, label, "exec")
+    except SyntaxError as exc:
+        raise patches.StaleMutant(f"{label} does not compile (line {exc.lineno}: {exc.msg})") from None
 
 
 def stale_message(lab: Lab, mutant: Path, root: Path, exc: Exception) -> str:
@@ -193,6 +203,9 @@ def check_mini(root: Path, jobs: int = 2, names: list[str] | None = None) -> lis
                         f"patches {bad}: a mini_vllm mutant patches mini_vllm/ files only"
                     )
                 texts = patches.apply(delta, lambda name: (root / name).read_text(encoding="utf-8"))
+                for name, text in texts.items():
+                    if name.endswith(".py"):
+                        must_compile(text, f"{mutant.stem}: {name}")
             except patches.StaleMutant as exc:
                 problems.append(f"mini_vllm mutant {mutant.stem} no longer applies: {exc}")
                 continue

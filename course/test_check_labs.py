@@ -151,3 +151,12 @@ def test_mini_vllm_mutants_run_against_a_patched_copy(tmp_path: Path):
     assert check_labs.check_mini(tmp_path, jobs=1, names=["commutes", "nope"]) == [
         "no such mini_vllm mutant: nope (in mini_vllm/mutants/)"
     ]
+
+
+def test_a_mutant_that_does_not_compile_is_refused_not_counted_as_caught(tmp_path: Path):
+    # a lazily loading test would "fail" on it, which proves nothing about the tests' teeth
+    make_lab(tmp_path, lazy_test=True, mutants={"typo": MUTANT_WRONG.replace("return a - b", "return a - (b")})
+    [lab] = find_phases(tmp_path)[0].labs
+    [mutant] = lab.mutants
+    with pytest.raises(patches.StaleMutant, match=r"typo: solution.py does not compile \(line \d+"):
+        check_labs.materialize(lab, mutant, tmp_path / "out")

@@ -442,3 +442,11 @@ def test_json_strings_take_well_formed_utf8_only():
     assert jm.step(state, ord('"')) is None, "a string cannot close in the middle of a character"
     with pytest.raises(ValueError, match="UTF-8 bytes"):
         jm.step(jm.start(), "é")
+
+
+def test_negated_class_reaches_the_last_code_point():
+    for pattern in ("[^\U0010fffe]", "[^a-\U0010fffe]"):
+        got = RegexFSM(pattern).fullmatch("\U0010ffff")
+        assert got, (
+            f"{pattern!r} must match U+10FFFF (the complement runs up to and including it), got {got}"
+        )

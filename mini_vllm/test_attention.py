@@ -251,3 +251,13 @@ def test_slots_past_seq_len_are_never_read_even_when_they_hold_nan():
         f"(the last block's slots {seq_len % block_size}..{block_size - 1} are unwritten), not only masked"
     )
     np.testing.assert_allclose(got, dense_attention(q, k, v, D**-0.5), atol=2e-5)
+
+
+def test_a_negative_block_id_in_the_used_part_of_the_table_is_refused():
+    kv = allocate_kv_caches(1, 4, 2, 1, 4)[0]
+    md = AttentionMetadata.build([1], [3], [[0, -1]], block_size=2)  # position 2 lives in block -1
+    with pytest.raises(ValueError, match="block ids"):
+        paged_attention(np.zeros((1, 1, 4), dtype=np.float32), kv, md, scale=1.0)
+    # -1 past the blocks the request needs is padding, never read
+    ok = AttentionMetadata.build([1], [2], [[0, -1]], block_size=2)
+    paged_attention(np.zeros((1, 1, 4), dtype=np.float32), kv, ok, scale=1.0)

@@ -201,6 +201,16 @@ def test_validate_tokens_returns_legal_prefix_without_advancing():
     assert g.num_processed_tokens == 0 and len(g.history) == 1, "validate_tokens must not advance"
     assert not g.accept_tokens("r", draft), "accept_tokens is all-or-nothing"
     assert len(g.history) == 1
+    assert g.num_processed_tokens == 0 and g.state == g.compiled.machine.start(), (
+        f"a refused list must leave the grammar where it was; it advanced to num_processed_tokens="
+        f"{g.num_processed_tokens}: validate the whole list before accepting any of it"
+    )
+    spec = GrammarCompiler(VOCAB, num_speculative_tokens=4).compile_grammar("regex", "(ab|x1)*z")
+    assert not spec.accept_tokens("r", draft)
+    assert len(spec.history) == 1 and spec.num_processed_tokens == 0, (
+        f"with rollback history kept, a refused list of {len(draft)} tokens left {len(spec.history) - 1} "
+        "states behind: accept_tokens must advance by all tokens or by none"
+    )
     with pytest.raises(ValueError, match="outside the vocabulary"):
         g.validate_tokens([len(TOKS) + 1])
     with pytest.raises(TypeError):
@@ -432,3 +442,11 @@ def test_json_strings_take_well_formed_utf8_only():
     assert jm.step(state, ord('"')) is None, "a string cannot close in the middle of a character"
     with pytest.raises(ValueError, match="UTF-8 bytes"):
         jm.step(jm.start(), "é")
+
+
+def test_negated_class_reaches_the_last_code_point():
+    for pattern in ("[^\U0010fffe]", "[^a-\U0010fffe]"):
+        got = RegexFSM(pattern).fullmatch("\U0010ffff")
+        assert got, (
+            f"{pattern!r} must match U+10FFFF (the complement runs up to and including it), got {got}"
+        )

@@ -92,6 +92,17 @@ def test_apply_batched_rejects(idx, slots, err, match):
         apply_batched(np.ones((2, 12)), idx, slots)
 
 
+def test_an_empty_slot_is_refused_before_any_row_is_written():
+    out = np.zeros((2, 10))
+    slots = [adapters(1)[0], None]
+    with pytest.raises(ValueError, match="holds no adapter"):
+        apply_batched(np.ones((2, 12)), [0, 1], slots, out=out)
+    assert not out.any(), (
+        f"apply_batched refused the call (slot 1 is empty) but had already added slot 0's delta into "
+        f"the caller's out (row 0 sums to {out[0].sum():.3f}): check every slot before writing any row"
+    )
+
+
 def test_shape_errors():
     with pytest.raises(ValueError, match="in_features"):
         apply_batched(np.ones((1, 7)), [0], adapters(1))

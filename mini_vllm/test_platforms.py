@@ -144,6 +144,13 @@ def test_the_allow_list_filters_plugins(plugins, monkeypatch):
     platform_plugin(plugins, "beta")
     monkeypatch.setenv("MINI_VLLM_PLUGINS", "beta")
     assert get_current_platform().device_name == "beta"
+    reset_current_platform()
+    monkeypatch.setenv("MINI_VLLM_PLUGINS", "")
+    got = get_current_platform()
+    assert got.device_name not in ("alpha", "beta"), (
+        f"MINI_VLLM_PLUGINS='' (set, empty) allows no plugin, as upstream's VLLM_PLUGINS; plugin "
+        f"{got.device_name!r} was loaded: only an unset variable means 'load them all'"
+    )
 
 
 def test_a_plugin_must_name_a_platform(plugins):

@@ -221,3 +221,11 @@ def test_a_draw_landing_exactly_on_a_cumulative_probability_picks_the_next_token
         np.array([logits, logits]), [params, SamplingParams(temperature=1.0)], [FixedDraw(u), FixedDraw(u)]
     )
     assert batch[0] == want, "the same draw in a batch of two must pick the same token"
+
+
+def test_logit_bias_duplicate_token_keeps_the_last_bias():
+    got = SamplingParams(logit_bias=[(5, 1.0), (5, -3.0)]).logit_bias
+    assert got == ((5, -3.0),), (
+        f"logit_bias given token 5 twice (1.0 then -3.0) resolved to {got}: the later entry wins, "
+        "as a JSON object or dict with a repeated key does"
+    )

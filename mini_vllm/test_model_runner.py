@@ -131,6 +131,28 @@ def test_preemption_keeps_the_generator_so_sampling_does_not_change():
     )
 
 
+def test_a_token_appended_outside_the_runner_refreshes_its_batch_row():
+    # Phase 01 lab 03 steps an engine's scheduler by hand: a token the runner never produced lands in the
+    # request. The toy's next token depends only on the last token and its position, so an engine that
+    # takes the hand-reported token must continue exactly as one that produced it itself.
+    calm = LLMEngine(block_size=4, num_gpu_blocks=64)
+    want = calm.generate(["the cat"], GREEDY)[0].token_ids
+    engine = LLMEngine(block_size=4, num_gpu_blocks=64)
+    rid = engine.add_request("the cat", GREEDY)
+    engine.step()  # prefill + the first token, through the runner: the request has a batch row
+    out = engine.scheduler.schedule()  # one decode step by hand, reporting the token the model would give
+    engine.scheduler.update_from_output(out, {rid: want[1]})
+    finished = []
+    while engine.has_unfinished_requests():
+        finished += engine.step()
+    got = finished[0].token_ids
+    assert got == want, (
+        f"after a token reported by hand ({want[1]}) the engine continued {got}; the same model alone gives "
+        f"{want}: when a running request holds more tokens than its cached state, re-add its batch row from "
+        f"the request (the persistent row still ends before the hand-reported token)"
+    )
+
+
 def test_block_table_refuses_a_position_without_a_block():
     table = BlockTable(max_num_reqs=2, max_num_blocks_per_req=3, block_size=4)
     table.add_row([7, 2], 0)

@@ -72,8 +72,15 @@ def assert_no_leak(engine, side: str) -> None:
 def test_proxy_gives_one_engines_tokens_and_the_consumer_skips_the_prefill(checkpoint, reference, tmp_path):
     producer, consumer = make(checkpoint, "kv_producer", tmp_path), make(checkpoint, "kv_consumer", tmp_path)
     forward = count_forward_tokens(consumer)
-    got = [o.token_ids for o in DisaggProxy(producer, consumer).generate(prompts(), GREEDY)]
+    outs = DisaggProxy(producer, consumer).generate(prompts(), GREEDY)
+    got = [o.token_ids for o in outs]
     assert got == reference, "prefill on one engine + decode on another must give one engine's greedy tokens"
+    for o in outs:
+        want = consumer.tokenizer.decode(o.token_ids)
+        assert o.text == want, (
+            f"the joined text is {o.text!r}, the decoded token ids {want!r}: decode the prefill's first token "
+            "and the decode engine's tail together"
+        )
 
     aligned = [align_to_block_size(n, BS) for n in LENGTHS]  # what the producer stored: 0, 0, 16, 16, 32
     assert consumer.scheduler.num_external_computed_tokens == sum(aligned)

@@ -191,3 +191,26 @@ def test_cache_salt_walls_off_the_prefix_cache():
     with pytest.raises(ValueError, match="cache_salt"):
         engine.add_request(prompt, cache_salt="")
     assert len(engine.scheduler.requests) == 3, "a refused salt must queue nothing"
+
+
+def test_grammar_drafts_are_cut_before_an_eos():
+    # post_step keeps the drafts the grammar accepts, and of those only the ones before an EOS: the
+    # scheduler stops a request at an EOS mid-list, so a draft EOS would end it on a guess.
+    from mini_vllm import StructuredOutputsParams
+    from mini_vllm.outputs import DraftTokenIds
+
+    spec = {"num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    engine = LLMEngine(speculative_config=spec, block_size=4, num_gpu_blocks=64)
+    params = SamplingParams(
+        max_tokens=20, temperature=0, structured_outputs=StructuredOutputsParams(regex="a+")
+    )
+    rid = engine.add_request("aaaa", params)
+    engine.step()  # the prefill: the output is "a", where "a+" accepts, so EOS is legal next
+    eos, a = engine.tokenizer.eos_token_id, ord("a")
+    engine.model_executor.take_draft_token_ids = lambda: DraftTokenIds([rid], [[a, eos, a]])
+    engine.post_step(set())
+    drafts = engine.scheduler.requests[rid].spec_token_ids
+    assert list(drafts) == [a], (
+        f"drafts {[a, eos, a]} under 'a+' were scheduled as {list(drafts)}: keep the prefix the grammar "
+        "accepts ([a, EOS]) and cut it before the EOS"
+    )

@@ -298,6 +298,19 @@ def test_json_rejects(bad):
     assert not JsonMachine().fullmatch(bad), bad
 
 
+def test_json_a_minus_then_zero_is_the_whole_integer_part():
+    # JSON's int is "-"? ("0" | [1-9][0-9]*): a zero after the minus ends the integer part too.
+    for good in ("-0", "-0.5", "-0e1", "-10", "[-0,-7]"):
+        assert JsonMachine().fullmatch(good), (
+            f"{good!r} is JSON (json.loads takes it) but the machine refused it"
+        )
+    for bad in ("-01", "-00", "[-05]", '{"a":-01}'):
+        assert not JsonMachine().fullmatch(bad), (
+            f"{bad!r} was accepted: after '-', a '0' must go to the zero state (no digit may follow), "
+            "as a leading '0' does"
+        )
+
+
 def test_json_closer_must_match_the_stack_top():
     for bad in ("[1}", '{"a":1]', "[{}}", '{"a":[1}}', "[[]}"):
         assert not JsonMachine().fullmatch(bad), f"{bad!r}: '}}' closes only '{{' and ']' only '[' (read the stack top)"

@@ -174,3 +174,45 @@ def test_input_batch_condense_moves_the_last_row_into_the_hole():
     assert batch.token_ids_cpu[0, :3].tolist() == [3, 3, 3] and batch.num_tokens[0] == 3
     assert batch.block_table.block_table[0, 0] == 3
     assert batch.remove_request("nobody") is None
+
+
+class RecordingGenerator(np.random.Generator):
+    """A numpy Generator that logs each draw (method, size) before making it."""
+
+    def __init__(self, seed):
+        super().__init__(np.random.PCG64(seed))
+        self.log = []
+
+    def random(self, size=None, *args, **kwargs):
+        self.log.append(("random", size))
+        return super().random(size, *args, **kwargs)
+
+    def exponential(self, scale=1.0, size=None):
+        self.log.append(("exponential", size))
+        return super().exponential(scale, size)
+
+
+def test_a_verify_step_draws_the_bonus_then_the_uniforms_then_the_noise():
+    # README ("How a step runs"): the bonus, the uniforms and the recovered token's noise come from the
+    # request's generator, in that order; another order gives other tokens for the same seed.
+    spec = {"num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    engine = LLMEngine(speculative_config=spec, block_size=4, num_gpu_blocks=64)
+    rid = engine.add_request("the cat sat on the mat", SamplingParams(max_tokens=60, temperature=1.0, seed=3))
+    engine.step()
+    rec = RecordingGenerator(3)
+    runner_of(engine).requests[rid].generator = rec
+    vocab = engine.tokenizer.vocab_size
+    checked = 0
+    while engine.has_unfinished_requests() and checked < 3:
+        start = len(rec.log)
+        engine.step()
+        inputs = runner_of(engine).last_inputs
+        k = int(inputs.num_draft[0]) if inputs is not None else 0
+        if k:
+            got = rec.log[start:]
+            assert got == [("random", None), ("random", k), ("exponential", vocab)], (
+                f"a step verifying {k} drafts drew {got} from the request's generator: draw the bonus's "
+                "uniform, then one uniform per draft, then the recovered token's noise row"
+            )
+            checked += 1
+    assert checked, "the n-gram drafter (prompt_lookup_min=1) should have proposed drafts in 60 tokens"

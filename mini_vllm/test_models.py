@@ -291,6 +291,10 @@ def test_register_model_class_or_lazy_string_and_flags_from_mixins():
         registry.register_model("X", 42)
     with pytest.warns(UserWarning, match="already registered"):
         registry.register_model("LazyToy", Mine)
+    got = registry.resolve_model_cls("LazyToy")
+    assert got == (Mine, "LazyToy"), (
+        f"re-registering 'LazyToy' warns and then overwrites (upstream's rule): it still resolves to {got[0].__name__}"
+    )
     assert issubclass(Mine, IsAttentionFree)
 
 

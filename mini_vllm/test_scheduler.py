@@ -271,3 +271,24 @@ def test_requests_skipped_for_max_loras_go_ahead_of_a_later_preemption():
         out, _ = step(sched)
         order += [r.request_id for r in out.scheduled_new_reqs + out.scheduled_resumed_reqs]
     assert order == ["B", "C"], f"B was skipped before C was preempted, so B must be admitted first; got {order}"
+
+
+def test_a_bad_block_ahead_of_the_computed_tokens_never_moves_them_forward():
+    # A failed KV load sends a request back to the start of its first bad block: never past what it
+    # has computed. Here the bad block is the second of a first chunk, computed by nobody yet.
+    from mini_vllm.outputs import KVConnectorOutput
+
+    sched = make(block_size=4, max_num_batched_tokens=8)
+    r = add(sched, "a", 10)
+    out = sched.schedule()
+    assert out.num_scheduled_tokens == {"a": 8} and r.num_computed_tokens == 0
+    bad = sched.kv_cache_manager.get_block_ids("a")[1]
+    sched.update_from_output(out, {}, kv_connector_output=KVConnectorOutput(invalid_block_ids={bad}))
+    assert r.num_computed_tokens == 0, (
+        f"num_computed_tokens became {r.num_computed_tokens} after block index 1 failed to load with 0 tokens "
+        "computed: fall back to min(num_computed_tokens, first bad block * block_size), never forward"
+    )
+    out = sched.schedule()
+    assert out.num_scheduled_tokens == {"a": 8}, (
+        f"the request must restart at token 0, got {out.num_scheduled_tokens}"
+    )

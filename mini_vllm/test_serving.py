@@ -48,3 +48,21 @@ def test_seed_zero_makes_the_n_choices_reproducible(client):
         f"seed=0 gave {got[0]} then {got[1]}: 0 is a seed like any other (test 'seed is None', not its truth value)"
     )
     assert got[0][0] != got[0][1], "choice i samples with seed + i: the two choices must differ"
+
+
+def test_a_forced_schema_writes_json_numbers_only():
+    # The flat-schema regex is what the grammar lets the model write: every match must be JSON, so an
+    # integer or number property takes no leading zero ("01" and "-00" are not JSON).
+    import re
+
+    from mini_vllm.entrypoints.serving import schema_regex
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "x": {"type": "number"}}}
+    rx = schema_regex(schema, "response_format")
+    for good in ('{"n": 0, "x": -7}', '{"n": 10, "x": 0}', '{"n": -305, "x": 9}'):
+        assert re.fullmatch(rx, good) and json.loads(good), f"{good!r} is valid JSON for the schema: allow it"
+    for bad in ('{"n": 01, "x": 1}', '{"n": 1, "x": -00}', '{"n": 007, "x": 0}'):
+        assert not re.fullmatch(rx, bad), (
+            f"the forced-schema regex {rx!r} lets the model write {bad!r}, which json.loads refuses: "
+            "an integer is -?(0|[1-9][0-9]*)"
+        )

@@ -74,8 +74,8 @@ class ServedModel:
 # -- JSON schema -> regex (flat objects only) ---------------------------------------------------------
 _SCALAR = {
     "string": '"[a-zA-Z0-9 _.,-]*"',
-    "integer": "-?[0-9]+",
-    "number": "-?[0-9]+",
+    "integer": "-?(0|[1-9][0-9]*)",  # JSON: no leading zero
+    "number": "-?(0|[1-9][0-9]*)",
     "boolean": "(true|false)",
 }
 

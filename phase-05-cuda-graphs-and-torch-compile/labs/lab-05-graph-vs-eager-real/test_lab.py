@@ -100,20 +100,14 @@ def test_model_comparison_fits_launch_cost():
 
 
 def test_prediction_reads_dtype_and_the_compute_roof():
-    fp32 = lab.DecoderConfig(dtype="float32")
-    row = lab.predict_rows(175, fp32, batches=(64,))[0]
-    want = 4 * (fp32.weight_params + fp32.kv_elems(64)) / 3.35e6
-    assert row["gpu_us"] == pytest.approx(want), (
-        f"a float32 model moves 4 bytes per element: batch 64 reads {want:.0f} us worth of bytes at 3.35 TB/s, "
-        f"got {row['gpu_us']:.0f} us: take the element size from cfg.dtype"
-    )
-    bf16 = lab.DecoderConfig(dtype="bfloat16")
-    row = lab.predict_rows(175, bf16, batches=(64,))[0]
-    want = 2 * (bf16.weight_params + bf16.kv_elems(64)) / 3.35e6
-    assert row["gpu_us"] == pytest.approx(want), (
-        f"bfloat16 is 2 bytes per element, like float16: batch 64 reads {want:.0f} us worth of bytes at 3.35 TB/s, "
-        f"got {row['gpu_us']:.0f} us: treat both 16-bit dtypes as 2 bytes"
-    )
+    for dtype, nbytes in (("float32", 4), ("bfloat16", 2)):  # bfloat16 is 2 bytes, like float16
+        dcfg = lab.DecoderConfig(dtype=dtype)
+        row = lab.predict_rows(175, dcfg, batches=(64,))[0]
+        want = nbytes * (dcfg.weight_params + dcfg.kv_elems(64)) / 3.35e6
+        assert row["gpu_us"] == pytest.approx(want), (
+            f"a {dtype} model moves {nbytes} bytes per element: batch 64 reads {want:.0f} us worth of bytes at "
+            f"3.35 TB/s, got {row['gpu_us']:.0f} us: take the element size from cfg.dtype"
+        )
     cfg = lab.DecoderConfig()
     row = lab.predict_rows(175, cfg, batches=(64,), peak_tflops=1.0)[0]
     flops = 2 * 64 * cfg.weight_params + 2 * cfg.kv_elems(64)
